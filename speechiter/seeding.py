@@ -7,6 +7,7 @@ where a run resumed. See handbook.md, "Reproducibility".
 """
 import random
 import threading
+import zlib
 from contextlib import contextmanager
 
 import numpy as np
@@ -14,10 +15,20 @@ import numpy as np
 _local = threading.local()
 
 
-def batch_seed(seed: int, epoch: int, position: int) -> int:
-    """A 63-bit seed for one batch, mixed from (seed, epoch, position)."""
-    state = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(epoch), int(position)]).generate_state(2, np.uint32)
+def batch_seed(seed: int, epoch: int, position: int, stream: int = 0) -> int:
+    """A 63-bit seed for one batch, mixed from (seed, epoch, position).
+
+    ``stream`` separates independent seed streams that share one seed, such as
+    the iterators of one group (``sup`` and ``unsup``) or distributed ranks.
+    """
+    entropy = [int(seed) & 0xFFFFFFFF, int(stream) & 0xFFFFFFFF, int(epoch), int(position)]
+    state = np.random.SeedSequence(entropy).generate_state(2, np.uint32)
     return (int(state[0]) << 31) ^ int(state[1])
+
+
+def stream_id(name: str) -> int:
+    """A stable 32-bit number for a stream name (``hash()`` is salted per process)."""
+    return zlib.crc32(name.encode("utf-8"))
 
 
 @contextmanager
