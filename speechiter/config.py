@@ -190,8 +190,8 @@ def _apply_override(raw: dict, text: str, groups_under_data_cfg: bool) -> None:
         last = depth == len(parts) - 1
         if isinstance(node, dict):
             if not last and part not in node:
-                raise ConfigError(shown(depth + 1), f"no such key (override {text!r})"
-                                  f"{_did_you_mean(part, [str(k) for k in node])}")
+                raise ConfigError(shown(depth + 1), f"no such key"
+                                  f"{_did_you_mean(part, [str(k) for k in node])} (override {text!r})")
             if last:
                 node[part] = value
             else:
@@ -214,7 +214,7 @@ def _apply_override(raw: dict, text: str, groups_under_data_cfg: bool) -> None:
 # !ref resolution
 # ----------------------------------------------------------------------------
 
-_REF = re.compile(r"<([^<>\[\]]+)((?:\[\s*-?\d+\s*\])*)>")
+_REF = re.compile(r"<([^<>\[\]]+?)\s*((?:\[\s*-?\d+\s*\])*)\s*>")
 
 
 def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
