@@ -1,0 +1,69 @@
+"""Shared fixtures: small real corpora made on the fly, and the shipped demo.
+
+- ``make_corpus(root, num=20, fmt="wav", sample_rate=16000, seed=0, min_sec=0.2,
+  max_sec=1.5, speakers=3) -> Path``: writes idx2wav, idx2wav_len, idx2text,
+  idx2spk, idx2gen and spk_list into ``root`` with tools/make_corpus.py
+  (uniform durations in [min_sec, max_sec]; fmt wav, flac or hdf5).
+- ``corpus``: ``make_corpus(tmp_path / "corpus")``.
+- ``demo_root``: the shipped demo corpus, ``demo/data`` (train/valid/test).
+- ``load_tool(name)``: imports ``tools/<name>.py`` as a module.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TOOLS_DIR = REPO_ROOT / "tools"
+DEMO_DATA = REPO_ROOT / "demo" / "data"
+
+
+def load_tool(name):
+    """Import ``tools/<name>.py`` (tools/ is not a package) once per session."""
+    module_name = f"_speechiter_tools_{name}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, TOOLS_DIR / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+    return module
+
+
+@pytest.fixture(name="load_tool")
+def load_tool_fixture():
+    return load_tool
+
+
+def _make_corpus(root, num=20, fmt="wav", sample_rate=16000, seed=0, min_sec=0.2, max_sec=1.5, speakers=3):
+    return load_tool("make_corpus").make_corpus(
+        Path(root), num, fmt=fmt, sample_rate=sample_rate, seed=seed, speakers=speakers,
+        min_sec=min_sec, max_sec=max_sec)
+
+
+@pytest.fixture(name="make_corpus")
+def make_corpus_fixture():
+    """Factory: ``make_corpus(root, num=20, fmt="wav", sample_rate=16000,
+    seed=0, min_sec=0.2, max_sec=1.5, speakers=3) -> Path``."""
+    return _make_corpus
+
+
+@pytest.fixture
+def corpus(tmp_path, make_corpus):
+    """A 20-utterance wav corpus (3 speakers, 0.2-1.5 s) in tmp_path/corpus."""
+    return make_corpus(tmp_path / "corpus")
+
+
+@pytest.fixture
+def demo_root():
+    """Path to demo/data (train/, valid/, test/, spk_list)."""
+    if not DEMO_DATA.is_dir():
+        pytest.skip("demo/data is missing; run tools/make_demo.py")
+    return DEMO_DATA
