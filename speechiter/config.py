@@ -32,9 +32,7 @@ ALLOWED_COMBINATIONS = (("train", "valid"), ("train", "valid", "test"), ("test",
 KNOWN_TAGS = ("!ref", "!tuple", "!list", "!str")
 
 
-# ----------------------------------------------------------------------------
-# YAML loader
-# ----------------------------------------------------------------------------
+# --- YAML loader -----------------------------------------------------------
 
 @dataclass(frozen=True)
 class Ref:
@@ -116,9 +114,7 @@ def _parse_yaml(text: str, name: str) -> Any:
         raise ConfigError(name, _one_line(error)) from None
 
 
-# ----------------------------------------------------------------------------
-# The returned tree
-# ----------------------------------------------------------------------------
+# --- The returned tree -----------------------------------------------------
 
 class DataConfig(dict):
     """The data groups (``train`` / ``valid`` / ``test``) as a plain dict.
@@ -142,9 +138,7 @@ def config_dir(data_cfg: dict) -> Path | None:
     return Path(source).parent if source is not None else None
 
 
-# ----------------------------------------------------------------------------
-# Overrides
-# ----------------------------------------------------------------------------
+# --- Overrides -------------------------------------------------------------
 
 def parse_override(text: str) -> tuple[str, Any]:
     """``"data_cfg.train.conf.shuffle=false"`` -> ``("data_cfg.train.conf.shuffle", False)``.
@@ -210,9 +204,7 @@ def _apply_override(raw: dict, text: str, groups_under_data_cfg: bool) -> None:
                               f"{type(node).__name__} value (override {text!r})")
 
 
-# ----------------------------------------------------------------------------
-# !ref resolution
-# ----------------------------------------------------------------------------
+# --- !ref resolution -------------------------------------------------------
 
 _REF = re.compile(r"<([^<>\[\]]+?)\s*((?:\[\s*-?\d+\s*\])*)\s*>")
 
@@ -231,27 +223,19 @@ class _Resolver:
         self.cache: dict = {}
         self.stack: list = []  # top-level keys being resolved, for cycle detection
 
-    def value(self, node: Any, path: str) -> Any:
-        if isinstance(node, Ref):
-            return self.ref(node, path)
-        if isinstance(node, dict):
-            return {key: self.value(item, f"{path}.{key}") for key, item in node.items()}
-        if isinstance(node, (list, tuple)):
-            items = [self.value(item, f"{path}.{i}") for i, item in enumerate(node)]
-            return items if isinstance(node, list) else tuple(items)
-        return node
-
-    def tolerant_value(self, node: Any, path: str) -> Any:
-        """Like value(), but an unresolvable !ref stays as its ``!ref ...`` text."""
+    def value(self, node: Any, path: str, tolerant: bool = False) -> Any:
+        """Resolve every !ref in node; when tolerant, a failing one stays as ``!ref ...`` text."""
         if isinstance(node, Ref):
             try:
                 return self.ref(node, path)
             except ConfigError:
-                return f"!ref {node.text}"
+                if tolerant:
+                    return f"!ref {node.text}"
+                raise
         if isinstance(node, dict):
-            return {key: self.tolerant_value(item, f"{path}.{key}") for key, item in node.items()}
+            return {key: self.value(item, f"{path}.{key}", tolerant) for key, item in node.items()}
         if isinstance(node, (list, tuple)):
-            items = [self.tolerant_value(item, f"{path}.{i}") for i, item in enumerate(node)]
+            items = [self.value(item, f"{path}.{i}", tolerant) for i, item in enumerate(node)]
             return items if isinstance(node, list) else tuple(items)
         return node
 
@@ -297,9 +281,7 @@ class _Resolver:
         return f"!ref {ref.text}{where}"
 
 
-# ----------------------------------------------------------------------------
-# Structure: groups, test sets, iterators
-# ----------------------------------------------------------------------------
+# --- Structure: groups, test sets, iterators -------------------------------
 
 @dataclass(frozen=True)
 class IteratorSpec:
@@ -395,9 +377,7 @@ def iter_specs(data_cfg: dict) -> list:
     return specs
 
 
-# ----------------------------------------------------------------------------
-# load_config
-# ----------------------------------------------------------------------------
+# --- load_config -----------------------------------------------------------
 
 def _read_raw(path: Path) -> dict:
     if not path.is_file():
@@ -450,6 +430,6 @@ def load_config(path, overrides: Iterable[str] = ()) -> DataConfig:
     data_cfg = DataConfig(resolved, source=source)
     iter_specs(data_cfg)
     data_cfg.variables = {key: resolver.cache[key] if key in resolver.cache
-                          else resolver.tolerant_value(raw[key], str(key))
+                          else resolver.value(raw[key], str(key), tolerant=True)
                           for key in variable_keys}
     return data_cfg

@@ -1,0 +1,232 @@
+"""Resolving ``type: file.Class`` strings to classes, and checking option names.
+
+Resolution order for ``resolve_class("iterator", "block.BlockIterator", ...)``:
+  1. built-in short form: ``speechiter.iterator.block.BlockIterator``; the
+     SpeeChain sub-package form ``speech.speech_text.SpeechTextDataset`` tries
+     ``speechiter.dataset.speech.speech_text`` then ``speechiter.dataset.speech_text``;
+  2. full dotted path of user code (``my_lab.iterators.LongestFirst``), imported
+     from sys.path and then from ``extra_dirs`` (the YAML file's folder).
+
+NOTE [ extra_dirs and sys.path ]
+A folder from ``extra_dirs`` is appended to sys.path for good (not removed
+after the import): worker processes started with spawn re-import user classes
+by module name, and multiprocessing copies the parent's sys.path into them.
+Appending (not prepending) keeps it from shadowing installed modules.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import pkgutil
+import sys
+from pathlib import Path
+from typing import Callable, Iterable
+
+from speechiter.errors import ConfigError
+
+DEFAULT_PACKAGES = {"iterator": "speechiter.iterator", "dataset": "speechiter.dataset"}
+
+
+class _NotFound(Exception):
+    """The module itself does not exist (as opposed to failing inside)."""
+
+
+def _import(module_name: str, path: str):
+    """Import a module; _NotFound if it does not exist, ConfigError if its code fails."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        missing = error.name or ""
+        if missing == module_name or module_name.startswith(missing + "."):
+            raise _NotFound(module_name) from None
+        raise ConfigError(path, f"importing {module_name} failed: {_describe(error)}") from error
+    except Exception as error:  # an ImportError, SyntaxError ... inside the module
+        raise ConfigError(path, f"importing {module_name} failed: {_describe(error)}") from error
+
+
+def _describe(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+def builtin_modules(package: str) -> list:
+    """Names of the public modules of a built-in package, e.g. ['abs', 'block', 'piece']."""
+    try:
+        pkg = importlib.import_module(package)
+    except ImportError:
+        return []
+    return sorted(info.name for info in pkgutil.iter_modules(getattr(pkg, "__path__", []))
+                  if not info.name.startswith("_"))
+
+
+def add_search_dirs(extra_dirs: Iterable) -> None:
+    """Append folders to sys.path for good. See NOTE [ extra_dirs and sys.path ]."""
+    added = False
+    for folder in extra_dirs:
+        folder = str(Path(folder).absolute())
+        if folder not in sys.path:
+            sys.path.append(folder)
+            added = True
+    if added:
+        importlib.invalidate_caches()
+
+
+def _classes_in(module) -> dict:
+    return {name: obj for name, obj in vars(module).items()
+            if inspect.isclass(obj) and not name.startswith("_")}
+
+
+def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _hint_then(word: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` or ``";"``, to be followed by a listing."""
+    return _did_you_mean(word, candidates) or ";"
+
+
+def _qualified(cls) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def resolve_class(kind: str, name: str, path: str, base: type, extra_dirs: Iterable = (),
+                  packages: dict | None = None) -> type:
+    """The class named by ``name`` (a YAML ``type`` / ``dataset_type``), a subclass of ``base``.
+
+    ``kind`` is "iterator" or "dataset"; ``path`` is the YAML path used in
+    errors; ``packages`` maps kind to the built-in package (tests point it elsewhere).
+    """
+    packages = DEFAULT_PACKAGES if packages is None else packages
+    if kind not in packages:
+        raise ValueError(f"kind should be one of {sorted(packages)}, got {kind!r}")
+    package = packages[kind]
+    example = "block.BlockIterator" if kind == "iterator" else "speech_text.SpeechTextDataset"
+    if not isinstance(name, str) or "." not in name.strip(".") or any(not p for p in name.split(".")):
+        raise ConfigError(path, f"expected file.Class (e.g. {example}), got {name!r}")
+    module_part, class_name = name.rsplit(".", 1)
+
+    # 1. built-in short forms
+    candidates = [f"{package}.{module_part}"]
+    if "." in module_part:
+        candidates.append(f"{package}.{module_part.rsplit('.', 1)[1]}")
+    builtin = None
+    for module_name in candidates:
+        try:
+            builtin = _import(module_name, path)
+            break
+        except _NotFound:
+            continue
+    if builtin is not None and hasattr(builtin, class_name):
+        return _checked(getattr(builtin, class_name), name, path, base)
+
+    # 2. user code by full dotted path: sys.path first, then extra_dirs
+    user = None
+    if builtin is None or "." in module_part:
+        try:
+            user = _import(module_part, path)
+        except _NotFound:
+            add_search_dirs(extra_dirs)
+            try:
+                user = _import(module_part, path)
+            except _NotFound:
+                pass
+    if user is not None and hasattr(user, class_name):
+        return _checked(getattr(user, class_name), name, path, base)
+
+    found = builtin if builtin is not None else user
+    if found is not None:  # the module exists, the class does not
+        classes = _classes_in(found)
+        own = [n for n, c in classes.items() if c.__module__ == found.__name__]
+        subclasses = [n for n in own if _is_subclass(classes[n], base)] or own
+        message = f"module {found.__name__} has no class {class_name!r}"
+        if subclasses:
+            message += f"{_hint_then(class_name, classes)} classes: {', '.join(sorted(subclasses))}"
+        raise ConfigError(path, message)
+
+    builtins = builtin_modules(package)
+    searched = ", ".join(str(Path(d).absolute()) for d in extra_dirs)
+    message = f"unknown {kind} module {module_part!r}"
+    message += _hint_then(module_part.rsplit(".", 1)[-1], builtins)
+    message += f" built-ins: {', '.join(builtins) or 'none'}"
+    message += f"; not importable from sys.path{' or ' + searched if searched else ''} either"
+    raise ConfigError(path, message)
+
+
+def _is_subclass(obj, base: type) -> bool:
+    return inspect.isclass(obj) and issubclass(obj, base)
+
+
+def _checked(obj, name: str, path: str, base: type) -> type:
+    if not inspect.isclass(obj):
+        raise ConfigError(path, f"{name} resolves to {getattr(obj, '__module__', '?')}."
+                          f"{getattr(obj, '__qualname__', name)}, which is not a class")
+    if not issubclass(obj, base):
+        raise ConfigError(path, f"{name} resolves to {_qualified(obj)}, which is not a subclass "
+                          f"of {_qualified(base)}")
+    return obj
+
+
+# --- Option names against signatures ---------------------------------------
+
+def signature_names(function: Callable) -> tuple:
+    """``(names, required, catch_all)`` of what a callable accepts by keyword.
+
+    ``self`` / ``cls`` (first parameter of a plain function), positional-only
+    parameters and ``*args`` are left out; ``catch_all`` is True with ``**kwargs``.
+    """
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return [], [], True  # no signature to check against: accept anything
+    if parameters and parameters[0].name in ("self", "cls") and inspect.isfunction(function):
+        parameters = parameters[1:]
+    names, required, catch_all = [], [], False
+    for parameter in parameters:
+        if parameter.kind is parameter.VAR_KEYWORD:
+            catch_all = True
+        elif parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY):
+            names.append(parameter.name)
+            if parameter.default is parameter.empty:
+                required.append(parameter.name)
+    return names, required, catch_all
+
+
+def _function_label(function: Callable) -> str:
+    return getattr(function, "__qualname__", None) or repr(function)
+
+
+def check_keywords(kwargs: dict, functions: list, path: str, reserved: Iterable[str] = ()) -> None:
+    """Check YAML options against the callables that will receive them.
+
+    Every key must be a parameter of at least one function (or in
+    ``reserved``), unless all the functions take ``**kwargs``. A parameter
+    without a default in the function that declares it must be given, unless
+    it is reserved (the caller supplies reserved names itself).
+    Errors: ``<path>.<key>: unknown option; did you mean 'x'? accepted: a, b``
+    and ``<path>.<name>: missing required option (no default in F)``.
+    """
+    if kwargs is None:
+        kwargs = {}
+    if not isinstance(kwargs, dict):
+        raise ConfigError(path, f"expected a mapping of options, got {type(kwargs).__name__}")
+    reserved = list(reserved)
+    accepted = list(reserved)
+    required = {}  # name -> the function that needs it
+    all_catch_all = True
+    for function in functions:
+        names, needed, catch_all = signature_names(function)
+        all_catch_all = all_catch_all and catch_all
+        accepted += [n for n in names if n not in accepted]
+        for name in needed:
+            required.setdefault(name, function)
+
+    if not all_catch_all:
+        for key in kwargs:
+            if key not in accepted:
+                raise ConfigError(f"{path}.{key}", f"unknown option{_hint_then(str(key), accepted)}"
+                                  f" accepted: {', '.join(sorted(accepted)) or 'none'}")
+    for name, function in required.items():
+        if name not in kwargs and name not in reserved:
+            raise ConfigError(f"{path}.{name}", f"missing required option (no default in "
+                              f"{_function_label(function)})")
