@@ -1,0 +1,5 @@
+import sys
+
+from speechiter.run import main
+
+sys.exit(main())

@@ -1,0 +1,177 @@
+"""build_iterators: a loaded data_cfg in, Iterator objects out.
+
+Resolves the ``type`` and ``dataset_type`` classes, checks every ``conf`` and
+``dataset_conf`` key against the parameters of the class and its hooks (with
+a did-you-mean), checks that the files exist, and reports every error with
+its YAML path.
+"""
+import inspect
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from speechiter.config import iter_specs
+from speechiter.dataset.abs import Dataset
+from speechiter.errors import ConfigError
+from speechiter.iterator.abs import Iterator
+from speechiter.registry import check_keywords, resolve_class
+
+# Iterator parameters the run supplies; a data_cfg conf may still set them.
+RUN_SETTINGS = ("seed", "ngpu", "num_workers", "pin_memory", "distributed", "rank", "world_size", "engine",
+                "thread_type", "out_type", "buffer")
+
+
+def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, **settings) -> Dict[str, Any]:
+    """Build every iterator of ``data_cfg`` (from :func:`speechiter.load_config`).
+
+    Returns ``{"train": Iterator | {name: Iterator}, "valid": ..., "test": {set: Iterator | {name: Iterator}}}``
+    for the groups present (or those named in ``groups``). ``settings`` are
+    further Iterator arguments for every iterator: ngpu, engine, thread_type,
+    out_type, buffer, distributed, rank, world_size, pin_memory.
+    """
+    unknown = sorted(set(settings) - set(RUN_SETTINGS))
+    if unknown:
+        raise TypeError(f"build_iterators() got unexpected settings {', '.join(unknown)}; "
+                        f"accepted: {', '.join(RUN_SETTINGS)}")
+    config_dir = _config_dir(data_cfg)
+    result: Dict[str, Any] = {}
+    try:
+        for spec in iter_specs(data_cfg):
+            if groups is not None and spec.group not in groups:
+                continue
+            runtime = dict(settings, seed=seed, num_workers=num_workers)
+            iterator = build_one(spec, runtime, config_dir)
+            _place(result, spec, iterator)
+    except BaseException:
+        close_all(result)
+        raise
+    return result
+
+
+def build_one(spec, runtime: Dict[str, Any], config_dir: Optional[Path]) -> Iterator:
+    extra_dirs = [str(config_dir)] if config_dir else []
+    cls = resolve_class("iterator", spec.type, f"{spec.path}.type", base=Iterator, extra_dirs=extra_dirs)
+    conf = _resolve_paths(dict(spec.conf), config_dir)
+    conf_path = f"{spec.path}.conf"
+    if "dataset_type" not in conf:
+        raise ConfigError(f"{conf_path}.dataset_type", "missing; every iterator needs dataset_type: file.Class "
+                                                       "(e.g. speech_text.SpeechTextDataset)")
+    if not isinstance(conf["dataset_type"], str):
+        raise ConfigError(f"{conf_path}.dataset_type", f"expected file.Class, got {conf['dataset_type']!r}")
+    dataset_cls = resolve_class("dataset", conf["dataset_type"], f"{conf_path}.dataset_type", base=Dataset,
+                                extra_dirs=extra_dirs)
+    dataset_conf = conf.get("dataset_conf") or {}
+    if not isinstance(dataset_conf, dict):
+        raise ConfigError(f"{conf_path}.dataset_conf", f"expected a mapping, got {dataset_conf!r}")
+
+    iter_options = {k: v for k, v in conf.items() if k not in ("dataset_type", "dataset_conf")}
+    check_keywords(iter_options, [_without(cls.__init__, "self", "dataset_type", "dataset_conf", "name"),
+                                  _without(cls.batches_generate_fn, "self", "data_index", "data_len")],
+                   conf_path)
+    check_keywords(dataset_conf, [_without(dataset_cls.__init__, "self"), _without(dataset_cls.dataset_init_fn, "self")],
+                   f"{conf_path}.dataset_conf")
+    _check_files(conf, conf_path)
+
+    name = "/".join(p for p in (spec.group, spec.set_name, spec.name) if p)
+    dataset_conf = dict(dataset_conf)
+    dataset_conf.setdefault("seed", runtime.get("seed", 0))
+    kwargs = {**runtime, **iter_options}
+    try:
+        return cls(dataset_type=_prefixed(dataset_cls, f"{conf_path}.dataset_conf"), dataset_conf=dataset_conf,
+                   name=name, **kwargs)
+    except ConfigError as e:
+        if e.path.startswith("data_cfg"):
+            raise
+        raise ConfigError(f"{conf_path}.{e.path}", e.message) from None
+
+
+def close_all(iterators: Dict[str, Any]):
+    """Close every Iterator in a build_iterators() result."""
+    for value in iterators.values():
+        if isinstance(value, Iterator):
+            value.close()
+        elif isinstance(value, dict):
+            close_all(value)
+
+
+def iterators_of(group_value) -> Dict[Optional[str], Iterator]:
+    """``{name: Iterator}`` of one group (or test set); the name is None for a single iterator."""
+    if isinstance(group_value, Iterator):
+        return {None: group_value}
+    return dict(group_value)
+
+
+def _place(result, spec, iterator):
+    if spec.group == "test":
+        target = result.setdefault("test", {})
+        key = spec.set_name
+    else:
+        target, key = result, spec.group
+    if spec.name is None:
+        target[key] = iterator
+    else:
+        target.setdefault(key, {})[spec.name] = iterator
+
+
+def _prefixed(dataset_cls, path: str):
+    """Build the dataset, naming ``path`` in its configuration errors."""
+    def build(**conf):
+        try:
+            return dataset_cls(**conf)
+        except ConfigError as e:
+            if e.path.startswith("data_cfg"):
+                raise
+            raise ConfigError(f"{path}.{e.path}", e.message) from None
+    build.__name__ = dataset_cls.__name__
+    return build
+
+
+def _without(func, *names):
+    """A stand-in for ``func`` whose signature lacks ``names`` (filled by the framework)."""
+    signature = inspect.signature(func)
+    params = [p for p in signature.parameters.values() if p.name not in names]
+
+    def stand_in(*args, **kwargs):
+        pass
+    stand_in.__signature__ = signature.replace(parameters=params)
+    stand_in.__qualname__ = getattr(func, "__qualname__", "function")
+    return stand_in
+
+
+def _config_dir(data_cfg) -> Optional[Path]:
+    source = getattr(data_cfg, "source", None)
+    return Path(source).parent if source else None
+
+
+def _resolve_paths(value, config_dir: Optional[Path]):
+    """Relative paths resolve against the current folder, or else against the YAML file's folder."""
+    if isinstance(value, dict):
+        return {k: _resolve_paths(v, config_dir) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve_paths(v, config_dir) for v in value]
+    if isinstance(value, str) and config_dir is not None and not os.path.isabs(value) and ("/" in value or "." in value):
+        if not os.path.exists(value.split(":")[0]) and (config_dir / value.split(":")[0]).exists():
+            return str(config_dir / value)
+    return value
+
+
+def _check_files(conf: Dict[str, Any], conf_path: str):
+    dataset_conf = conf.get("dataset_conf") or {}
+    main_data = dataset_conf.get("main_data")
+    if isinstance(main_data, dict):
+        for key, files in main_data.items():
+            _check_exists(files, f"{conf_path}.dataset_conf.main_data.{key}")
+    if conf.get("data_len") is not None:
+        _check_exists(conf["data_len"], f"{conf_path}.data_len")
+    if isinstance(conf.get("group_info"), dict):
+        for key, files in conf["group_info"].items():
+            _check_exists(files, f"{conf_path}.group_info.{key}")
+
+
+def _check_exists(files, path: str):
+    for i, file in enumerate([files] if isinstance(files, str) else files if isinstance(files, list) else [files]):
+        if not isinstance(file, str):
+            raise ConfigError(path, f"expected a file path or a list of them, got {file!r}")
+        if not os.path.isfile(file):
+            where = path if isinstance(files, str) else f"{path}[{i}]"
+            raise ConfigError(where, f"file not found: {file}")

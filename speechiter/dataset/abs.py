@@ -1,0 +1,297 @@
+"""The Dataset base class: idx2data files in, one collated batch out.
+
+A Dataset reads its ``main_data`` idx2 files (``<id> <value>`` per line),
+keeps the ids present in every file, applies ``data_selection``, and builds
+a batch from a list of ids:
+
+    ids -> __getitem__(id) -> extract_main_data_fn -> collate_fn -> collate_main_data_fn
+
+Batches are plain numpy arrays, lists of strings and numbers; the engine turns
+them into torch tensors. Subclasses override the hooks, as in SpeeChain.
+"""
+import os
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from speechiter.errors import ConfigError, DataError
+from speechiter.readers import read_idx2, resolve_data_path
+
+SELECTION_MODES = ("order", "rev_order", "random", "min", "max", "middle", "group")
+
+
+class Dataset:
+    """Base class of all datasets.
+
+    Args:
+        main_data: ``{name: idx2 file or [files]}``. Several files for one name
+            are merged; ids are intersected across names (dropped ids are
+            counted in a warning).
+        data_selection: one ``[mode, number]`` / ``[mode, number, meta_file]``
+            rule or a list of them, applied in order (see :meth:`select`).
+        seed: seed of the ``random`` selection mode.
+        **dataset_conf: passed to :meth:`dataset_init_fn`.
+    """
+
+    #: main_data names whose values are file paths; relative ones resolve
+    #: against the folder of the idx2 file that lists them.
+    path_keys: Sequence[str] = ()
+
+    def __init__(self, main_data: Dict[str, Union[str, List[str]]], data_selection=None, seed: int = 0,
+                 **dataset_conf):
+        if not isinstance(main_data, dict) or not main_data:
+            raise ConfigError("main_data", f"expected a mapping of names to idx2 files, got {main_data!r}")
+        self.seed = seed
+        self.sources: Dict[str, List[str]] = {}
+        self.main_data: Dict[str, Dict[str, str]] = {}
+        for key, files in main_data.items():
+            self.sources[key], self.main_data[key] = self._read_main_data(key, files)
+        self.data_index: List[str] = self._intersect_ids()
+        for rule in _selection_rules(data_selection):
+            self.data_index = self.select(self.data_index, *rule)
+        self.keep_only(self.data_index)
+        self.data_len = self.data_len_register_fn(self.main_data)
+        self.dataset_init_fn(**dataset_conf)
+
+    # --- loading ---------------------------------------------------------------
+    def _read_main_data(self, key: str, files):
+        files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+        if not files:
+            raise ConfigError(f"main_data.{key}", "expected an idx2 file or a list of them, got an empty list")
+        merged: Dict[str, str] = {}
+        for file in files:
+            file = os.fspath(file)
+            ids, values = read_idx2(file)
+            if key in self.path_keys:
+                values = [resolve_data_path(v, file) for v in values]
+            for uid, value in zip(ids, values):
+                if uid in merged:
+                    raise DataError(f"{file}: utterance {uid} is also listed in another {key} file "
+                                    f"({', '.join(f for f in files if f != file)})")
+                merged[uid] = value
+        return [os.fspath(f) for f in files], merged
+
+    def _intersect_ids(self) -> List[str]:
+        keys = list(self.main_data)
+        first = self.main_data[keys[0]]
+        common = [uid for uid in first if all(uid in self.main_data[k] for k in keys[1:])]
+        total = len(set().union(*(d.keys() for d in self.main_data.values())))
+        if len(common) < total:
+            missing = {k: len(d) - len(common) for k, d in self.main_data.items() if len(d) > len(common)}
+            detail = ", ".join(f"{n} only in {k} ({self.sources[k][0]})" for k, n in missing.items())
+            warnings.warn(f"{total - len(common)} of {total} utterances are not in every main_data file and "
+                          f"are dropped: {detail}", stacklevel=3)
+        if not common:
+            raise DataError("no utterance id is common to all main_data files: "
+                            + ", ".join(f"{k}: {self.sources[k]}" for k in keys))
+        return common
+
+    def keep_only(self, ids: Sequence[str]):
+        """Restrict the dataset to ``ids`` (in that order)."""
+        keep = set(ids)
+        self.data_index = [uid for uid in ids]
+        for key, data in self.main_data.items():
+            if len(data) != len(keep):
+                self.main_data[key] = {uid: data[uid] for uid in self.data_index if uid in keep}
+
+    def remove_data_by_index(self, index: str):
+        """SpeeChain compatibility: drop one utterance."""
+        self.keep_only([uid for uid in self.data_index if uid != index])
+
+    def get_data_index(self) -> List[str]:
+        return self.data_index
+
+    def __len__(self):
+        return len(self.data_index)
+
+    def origin(self, key: str, uid: str) -> str:
+        """The idx2 file that lists ``uid`` under ``key`` (for error messages)."""
+        files = self.sources[key]
+        if len(files) > 1:
+            for file in files:
+                with open(file, encoding="utf-8") as f:
+                    if any(line.split(maxsplit=1)[:1] == [uid] for line in f):
+                        return file
+        return files[0]
+
+    def data_error(self, key: str, uid: str, problem: Any) -> DataError:
+        """A DataError naming the utterance, its idx2 file and the problem."""
+        return DataError(f"utterance {uid} ({key} from {self.origin(key, uid)}): {problem}")
+
+    # --- data selection --------------------------------------------------------
+    def select(self, data_index: List[str], mode: str, number, meta_file: Optional[str] = None) -> List[str]:
+        """Apply one SpeeChain ``data_selection`` rule.
+
+        Without metadata, ``number`` is a fraction in (0, 1) or a negative
+        integer ``-n`` meaning n utterances:
+          ``order`` keeps the first ones, ``rev_order`` the last ones and
+          ``random`` a seeded draw without replacement (in dataset order).
+        With ``meta_file`` (an idx2 file of numbers or labels):
+          ``min`` / ``max`` keep the utterances with the smallest / largest
+          values (a count as above, or a threshold given as a string: ``!str 10``);
+          ``middle`` drops equally many from both ends; ``group`` keeps the
+          utterances whose label is ``number`` (a string or a list of strings).
+        """
+        where = f"data_selection [{mode}, {number}{', ' + str(meta_file) if meta_file else ''}]"
+        if mode not in SELECTION_MODES:
+            raise ConfigError(where, f"unknown mode {mode!r}; expected one of {', '.join(SELECTION_MODES)}")
+        if meta_file is None:
+            if mode not in ("order", "rev_order", "random"):
+                raise ConfigError(where, f"mode {mode!r} needs a metadata file as third element")
+            count = _selection_count(number, len(data_index), where)
+            if mode == "order":
+                return data_index[:count]
+            if mode == "rev_order":
+                return data_index[len(data_index) - count:]
+            chosen = np.random.default_rng(self.seed).choice(len(data_index), size=count, replace=False)
+            return [data_index[i] for i in np.sort(chosen)]
+
+        if mode in ("order", "rev_order", "random"):
+            raise ConfigError(where, f"mode {mode!r} takes no metadata file")
+        meta_ids, meta_values = read_idx2(meta_file)
+        meta = dict(zip(meta_ids, meta_values))
+        present = [uid for uid in data_index if uid in meta]
+        if len(present) < len(data_index):
+            warnings.warn(f"{len(data_index) - len(present)} utterances have no entry in {meta_file} and are "
+                          f"dropped by data_selection", stacklevel=3)
+        if mode == "group":
+            groups = {str(g) for g in (number if isinstance(number, (list, tuple)) else [number])}
+            return [uid for uid in present if meta[uid] in groups]
+        try:
+            values = {uid: float(meta[uid]) for uid in present}
+        except ValueError as e:
+            raise DataError(f"{meta_file}: mode {mode!r} needs numeric values ({e})") from None
+        by_value = sorted(present, key=lambda uid: values[uid])
+        if isinstance(number, str):
+            if mode == "middle":
+                raise ConfigError(where, "mode 'middle' takes a count, not a threshold string")
+            threshold = _float(number, where)
+            keep = {uid for uid in present if (values[uid] <= threshold if mode == "min" else values[uid] >= threshold)}
+        else:
+            count = _selection_count(number, len(present), where)
+            if mode == "min":
+                keep = set(by_value[:count])
+            elif mode == "max":
+                keep = set(by_value[len(by_value) - count:])
+            else:
+                cut = (len(by_value) - count) // 2
+                keep = set(by_value[cut:cut + count])
+        return [uid for uid in present if uid in keep]
+
+    # --- hooks -----------------------------------------------------------------
+    def data_len_register_fn(self, main_data: Dict[str, Dict[str, str]]) -> Optional[Dict[str, float]]:
+        """Hook: lengths known from the data itself, or None (then give ``data_len`` files)."""
+        return None
+
+    def dataset_init_fn(self):
+        """Hook: subclass-specific initialisation. Declare your options as
+        keyword parameters; data_cfg keys are checked against them."""
+
+    def extract_main_data_fn(self, main_data: Dict[str, str]) -> Dict[str, Any]:
+        """Hook: read one utterance. ``main_data`` maps names to idx2 values;
+        the id is in ``main_data['id']``. Return ``{name: data}``."""
+        main_data.pop("id", None)
+        return main_data
+
+    def collate_main_data_fn(self, batch_dict: Dict[str, List]) -> Dict[str, Any]:
+        """Hook: turn ``{name: [value per utterance]}`` into the batch.
+
+        Arrays are zero-padded along their first axis and stacked, with
+        ``<name>_len`` holding the true lengths when they differ; numbers
+        become arrays; strings stay lists.
+        """
+        return {key: value for name, values in batch_dict.items() for key, value in collate_values(name, values)}
+
+    # --- batch building --------------------------------------------------------
+    def __getitem__(self, uid: str) -> Dict[str, Any]:
+        main_data = {key: data[uid] for key, data in self.main_data.items()}
+        main_data["id"] = uid
+        return self.extract_main_data_fn(main_data)
+
+    def collate_fn(self, batch: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """Regroup per-utterance dicts by name, then ``collate_main_data_fn``."""
+        batch_dict: Dict[str, List] = {}
+        for item in batch:
+            for key, value in item.items():
+                batch_dict.setdefault(key, []).append(value)
+        return self.collate_main_data_fn(batch_dict)
+
+    def get_batch(self, ids: Sequence[str]) -> Dict[str, Any]:
+        return self.collate_fn([self[uid] for uid in ids])
+
+    def __repr__(self):
+        return f"{type(self).__name__}({len(self)} utterances, data: {', '.join(self.main_data)})"
+
+
+class DatasetReader:
+    """The engine's indexer: ``reader[ids]`` is the collated batch.
+
+    It is also its own picklable factory (``reader()`` returns itself), so
+    each worker gets a copy: inherited on fork, pickled with spawn. Datasets
+    that hold open handles must open them lazily (see readers.py).
+    """
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __call__(self):
+        return self
+
+    def __getitem__(self, ids):
+        return self.dataset.get_batch(ids)
+
+
+def collate_values(name: str, values: List) -> List[tuple]:
+    """Collate one named list of per-utterance values (see collate_main_data_fn)."""
+    first = values[0]
+    if isinstance(first, np.ndarray):
+        lengths = np.array([v.shape[0] if v.ndim else 1 for v in values], dtype=np.int64)
+        if first.ndim and len(set(v.shape[1:] for v in values)) > 1:
+            raise DataError(f"cannot stack {name}: trailing shapes differ "
+                            f"({sorted(set(v.shape[1:] for v in values))})")
+        if first.ndim == 0 or (lengths == lengths[0]).all():
+            return [(name, np.stack(values))]
+        padded = np.zeros((len(values), int(lengths.max())) + first.shape[1:], dtype=first.dtype)
+        for row, value in zip(padded, values):
+            row[:value.shape[0]] = value
+        return [(name, padded), (f"{name}_len", lengths)]
+    if isinstance(first, (bool, np.bool_)):
+        return [(name, np.array(values, dtype=bool))]
+    if isinstance(first, (int, np.integer)):
+        return [(name, np.array(values, dtype=np.int64))]
+    if isinstance(first, (float, np.floating)):
+        return [(name, np.array(values, dtype=np.float32))]
+    return [(name, list(values))]
+
+
+def _selection_rules(data_selection):
+    if data_selection is None:
+        return []
+    if not isinstance(data_selection, (list, tuple)) or not data_selection:
+        raise ConfigError("data_selection", f"expected [mode, number] or a list of them, got {data_selection!r}")
+    rules = [data_selection] if not isinstance(data_selection[0], (list, tuple)) else data_selection
+    for rule in rules:
+        if not isinstance(rule, (list, tuple)) or len(rule) not in (2, 3):
+            raise ConfigError("data_selection", f"each rule is [mode, number] or [mode, number, meta_file], "
+                                                f"got {rule!r}")
+    return rules
+
+
+def _selection_count(number, total: int, where: str) -> int:
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        raise ConfigError(where, f"expected a fraction in (0, 1) or a negative count, got {number!r}")
+    if isinstance(number, float) and 0 < number < 1:
+        return int(total * number)
+    if number < 0 and float(number).is_integer():
+        if -number > total:
+            raise ConfigError(where, f"asks for {int(-number)} utterances but only {total} are available")
+        return int(-number)
+    raise ConfigError(where, f"expected a fraction in (0, 1) or a negative count, got {number!r}")
+
+
+def _float(text: str, where: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(where, f"expected a numeric threshold, got {text!r}") from None

@@ -1,0 +1,318 @@
+"""The Iterator base class: a Dataset plus a batching view of its ids.
+
+    Dataset -> data_len -> sort -> batches_generate_fn -> ngpu divisibility
+            -> this rank's share (distributed) = the batching view
+
+Each epoch, :meth:`Iterator.build_loader` clips the view to
+``batches_per_epoch`` (the cursor rule), shuffles it with a seed that depends
+on the epoch, cuts it at ``start_step`` and hands the plan to the engine.
+Subclasses override :meth:`batches_generate_fn` only.
+"""
+import warnings
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from speechiter.dataset.abs import Dataset
+from speechiter.errors import ConfigError, DataError
+from speechiter.readers import read_idx2
+from speechiter.seeding import batch_seed, stream_id
+
+ENGINES = ("msequence", "inline", "torch")
+
+
+class Iterator:
+    """Base iterator: batches of a fixed number of utterances (``batch_size``).
+
+    Args:
+        dataset_type: a Dataset subclass, or its ``file.Class`` name (resolved
+            by the caller; see speechiter.build).
+        dataset_conf: keyword arguments of the Dataset.
+        batches_per_epoch: batches in each epoch, smaller or larger than the
+            view; None uses the whole view.
+        data_len: idx2 length file(s) used for sorting and batching; None uses
+            the lengths the dataset registers, if any.
+        group_info: ``{name: idx2 file}`` metadata for group-wise evaluation.
+        is_descending: sort by length, longest first (True), shortest first
+            (False) or keep the dataset order (None). Ties keep the id order.
+        shuffle: shuffle the batches every epoch, seeded by seed + epoch.
+        seed: the run's seed.
+        ngpu: make every batch's size divisible by ngpu.
+        num_workers: loading workers; 0 loads in the main process.
+        pin_memory: accepted for SpeeChain compatibility (see out_type).
+        distributed: take this rank's share of every batch (torch.distributed).
+        rank, world_size: override the distributed rank and world size.
+        engine: ``msequence`` (default), ``inline`` or ``torch``.
+        thread_type: ``proc`` or ``thread`` workers of the msequence engine.
+        out_type: ``cpu`` (torch tensors), ``cuda`` or ``null`` (numpy).
+        buffer: batches in flight; default 2 per worker (at least 2).
+        name: the iterator's name in reports (``train/sup``); also names its
+            random stream.
+        **iter_conf: options of :meth:`batches_generate_fn`.
+    """
+
+    def __init__(self, dataset_type: Union[type, str], dataset_conf: Optional[Dict] = None,
+                 batches_per_epoch: Optional[int] = None, data_len: Union[str, List[str], None] = None,
+                 group_info: Optional[Dict[str, Union[str, List[str]]]] = None,
+                 is_descending: Optional[bool] = True, shuffle: bool = True, seed: int = 0, ngpu: int = 1,
+                 num_workers: int = 1, pin_memory: bool = False, distributed: bool = False,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, engine: str = "msequence",
+                 thread_type: str = "proc", out_type: str = "cpu", buffer: Optional[int] = None,
+                 name: Optional[str] = None, **iter_conf):
+        self.batches_per_epoch = _positive_int_or_none(batches_per_epoch, "batches_per_epoch")
+        self.ngpu = _positive_int(ngpu, "ngpu")
+        self.num_workers = _non_negative_int(num_workers, "num_workers")
+        self.seed = int(seed)
+        self.is_descending = is_descending
+        self.shuffle = bool(shuffle)
+        self.pin_memory = pin_memory
+        if engine not in ENGINES:
+            raise ConfigError("engine", f"expected one of {', '.join(ENGINES)}, got {engine!r}")
+        if is_descending not in (True, False, None):
+            raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
+        self.engine, self.thread_type, self.out_type = engine, thread_type, out_type
+        self.buffer = buffer if buffer is not None else max(2, 2 * self.num_workers)
+        self.name = name or type(self).__name__
+        self.stream = stream_id(self.name)
+
+        if isinstance(dataset_type, str):
+            from speechiter.registry import resolve_class
+            dataset_type = resolve_class("dataset", dataset_type, "dataset_type", base=Dataset)
+        self.dataset: Dataset = dataset_type(**(dataset_conf or {}))
+
+        self.data_len = self._load_data_len(data_len)
+        self.group_info = self._load_group_info(group_info)
+        sorted_ids = self._sort(self.dataset.get_data_index())
+        self.batches: List[List[str]] = self.batches_generate_fn(sorted_ids, self.data_len, **iter_conf)
+        self._check_batches()
+        if self.ngpu > 1:
+            self.batches = make_divisible(self.batches, self.ngpu)
+        self.rank, self.world_size = _distributed_rank(distributed, rank, world_size)
+        if self.world_size > 1:
+            self.batches = rank_share(self.batches, self.rank, self.world_size, self.is_descending is not False)
+        self._loader_engine = None
+
+    # --- construction ----------------------------------------------------------
+    def _load_data_len(self, data_len) -> Optional[Dict[str, float]]:
+        if data_len is None:
+            lengths = self.dataset.data_len
+            return dict(lengths) if lengths is not None else None
+        files = [data_len] if isinstance(data_len, str) else list(data_len)
+        lengths: Dict[str, float] = {}
+        for file in files:
+            ids, values = read_idx2(file, float)
+            for uid, value in zip(ids, values):
+                if uid in lengths:
+                    raise DataError(f"{file}: utterance {uid} has a length in more than one data_len file")
+                lengths[uid] = int(value) if float(value).is_integer() else value
+        ids = self.dataset.get_data_index()
+        missing = [uid for uid in ids if uid not in lengths]
+        if missing:
+            warnings.warn(f"{len(missing)} of {len(ids)} utterances have no length in {', '.join(files)} and are "
+                          f"dropped (first: {missing[0]})", stacklevel=3)
+            self.dataset.keep_only([uid for uid in ids if uid in lengths])
+            if not self.dataset.get_data_index():
+                raise DataError(f"no utterance of the dataset has a length in {', '.join(files)}")
+        return {uid: lengths[uid] for uid in self.dataset.get_data_index()}
+
+    def _load_group_info(self, group_info) -> Optional[Dict[str, Dict[str, str]]]:
+        if group_info is None:
+            return None
+        if not isinstance(group_info, dict):
+            raise ConfigError("group_info", f"expected a mapping of group names to idx2 files, got {group_info!r}")
+        info: Dict[str, Dict[str, str]] = {}
+        for group, files in group_info.items():
+            info[group] = {}
+            for file in [files] if isinstance(files, str) else list(files):
+                ids, values = read_idx2(file)
+                info[group].update(zip(ids, values))
+        ids = self.dataset.get_data_index()
+        kept = [uid for uid in ids if all(uid in values for values in info.values())]
+        if len(kept) < len(ids):
+            warnings.warn(f"{len(ids) - len(kept)} of {len(ids)} utterances have no group_info entry and are "
+                          f"dropped", stacklevel=3)
+            self.dataset.keep_only(kept)
+            if self.data_len is not None:
+                self.data_len = {uid: self.data_len[uid] for uid in kept}
+        return {group: {uid: values[uid] for uid in kept} for group, values in info.items()}
+
+    def _sort(self, ids: List[str]) -> List[str]:
+        if self.data_len is None or self.is_descending is None:
+            return list(ids)
+        by_id = sorted(ids)
+        lengths = np.array([self.data_len[uid] for uid in by_id], dtype=np.float64)
+        order = np.argsort(-lengths if self.is_descending else lengths, kind="stable")
+        return [by_id[i] for i in order]
+
+    def _check_batches(self):
+        if not isinstance(self.batches, list) or not all(isinstance(b, list) and b for b in self.batches):
+            raise ConfigError("type", f"{type(self).__name__}.batches_generate_fn must return a list of "
+                                      f"non-empty lists of ids")
+        if not self.batches:
+            raise DataError(f"{self.name}: the batching view is empty")
+
+    # --- the hook --------------------------------------------------------------
+    def batches_generate_fn(self, data_index: List[str], data_len: Optional[Dict[str, float]],
+                            batch_size: Optional[int] = None) -> List[List[str]]:
+        """Hook: the batching view, a list of batches of ids.
+
+        This one puts ``batch_size`` utterances in every batch (the last may
+        have fewer); the default batch_size is ngpu, one utterance per GPU.
+        """
+        batch_size = self.ngpu if batch_size is None else _positive_int(batch_size, "batch_size")
+        return [data_index[i:i + batch_size] for i in range(0, len(data_index), batch_size)]
+
+    # --- per-epoch plan --------------------------------------------------------
+    def __len__(self):
+        """Batches per epoch."""
+        return self.batches_per_epoch if self.batches_per_epoch is not None else len(self.batches)
+
+    def get_batch_indices(self) -> List[List[str]]:
+        return self.batches
+
+    def get_group_info(self) -> Optional[Dict[str, Dict[str, str]]]:
+        return self.group_info
+
+    def epoch_batches(self, epoch: int) -> List[List[str]]:
+        """The epoch's full plan: the clipped, shuffled batching view."""
+        batches = clip_batches(self.batches, self.batches_per_epoch, epoch)
+        if self.shuffle:
+            order = np.random.RandomState(epoch + self.seed).permutation(len(batches))
+            batches = [batches[i] for i in order]
+        return batches
+
+    def epoch_tasks(self, epoch: int, start_step: int = 0):
+        """The engine's tasks for one epoch from ``start_step`` on.
+
+        Each task keeps its position in the full plan and its own seed, so a
+        resumed epoch builds the same batches as an uninterrupted one.
+        """
+        from speechiter.sequence import Task
+        start_step = _non_negative_int(start_step, "start_step")
+        batches = self.epoch_batches(epoch)
+        if start_step > len(batches):
+            raise ConfigError("start_step", f"epoch {epoch} has {len(batches)} batches, got start_step={start_step}")
+        return [Task(position, batches[position], batch_seed(self.seed, epoch, position, self.stream + self.rank))
+                for position in range(start_step, len(batches))]
+
+    def build_loader(self, epoch: int = 1, start_step: int = 0, prefetch_next: bool = True,
+                     stop_step: Optional[int] = None):
+        """An iterable over the batches of ``epoch``, steps ``start_step + 1``
+        to ``stop_step`` (default: the end of the epoch).
+
+        With ``prefetch_next`` the workers start on the next epoch's first
+        batches while this one drains.
+        """
+        from speechiter.loader import Loader
+        return Loader(self, epoch, start_step, prefetch_next=prefetch_next, stop_step=stop_step)
+
+    def close(self):
+        """End the loading workers (also done at exit)."""
+        if self._loader_engine is not None:
+            self._loader_engine.close()
+            self._loader_engine = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        sizes = [len(b) for b in self.batches]
+        return (f"{type(self).__name__}(dataset={type(self.dataset).__name__}, utterances={len(self.dataset)}, "
+                f"total_batches={len(self.batches)}, batches_per_epoch={len(self)}, min_batch={min(sizes)}, "
+                f"mean_batch={sum(sizes) / len(sizes):.1f}, max_batch={max(sizes)}, shuffle={self.shuffle}, "
+                f"seed={self.seed}, ngpu={self.ngpu}, num_workers={self.num_workers})")
+
+
+def clip_batches(batches: List[List[str]], batches_per_epoch: Optional[int], epoch: int) -> List[List[str]]:
+    """SpeeChain's cursor rule.
+
+    The clip of epoch e starts at ``(batches_per_epoch * (e - 1)) % len(batches)``
+    and takes ``batches_per_epoch`` batches, wrapping around to the start as
+    often as needed. So consecutive epochs walk through the whole view.
+    """
+    total = len(batches)
+    if batches_per_epoch is None or batches_per_epoch == total:
+        return list(batches)
+    cursor = (batches_per_epoch * (epoch - 1)) % total
+    return [batches[(cursor + i) % total] for i in range(batches_per_epoch)]
+
+
+def make_divisible(batches: List[List[str]], ngpu: int) -> List[List[str]]:
+    """SpeeChain's ngpu rule: move each batch's remainder (size % ngpu) to the
+    front of the next batch; what is left after the last batch becomes a
+    batch of its own."""
+    result, carry = [], []
+    for batch in batches:
+        batch = carry + list(batch)
+        remain = len(batch) % ngpu
+        carry = batch[len(batch) - remain:] if remain else []
+        if len(batch) > remain:
+            result.append(batch[:len(batch) - remain])
+    if carry:
+        result.append(carry)
+    return result
+
+
+def rank_share(batches: List[List[str]], rank: int, world_size: int, descending: bool) -> List[List[str]]:
+    """This rank's share of every batch (SpeeChain's split-each-batch rule).
+
+    Rank r takes ``batch[start::world_size]`` with ``start = world_size - r - 1``
+    for descending views (rank 0 gets the shortest utterances) and ``r``
+    otherwise. Every rank keeps one share per batch, so all ranks run the same
+    number of steps. NOTE [ Distributed padding ]: a batch with fewer
+    utterances than ranks would leave some shares empty; such a rank takes the
+    batch's last utterance again. These are the only repeated utterances.
+    """
+    start = world_size - rank - 1 if descending else rank
+    return [batch[start::world_size] or [batch[-1]] for batch in batches]
+
+
+def _distributed_rank(distributed: bool, rank, world_size):
+    if rank is not None or world_size is not None:
+        rank, world_size = int(rank or 0), int(world_size or 1)
+    elif distributed:
+        import torch.distributed as dist
+        if not dist.is_available() or not dist.is_initialized():
+            raise ConfigError("distributed", "is true but torch.distributed is not initialised "
+                                             "(run under torchrun with --distributed)")
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world_size = 0, 1
+    if not 0 <= rank < world_size:
+        raise ConfigError("rank", f"expected 0 <= rank < world_size={world_size}, got {rank}")
+    return rank, world_size
+
+
+def _positive_int(value, name: str) -> int:
+    number = _number(value, name)
+    if number <= 0 or not float(number).is_integer():
+        raise ConfigError(name, f"expected a positive integer, got {value!r}")
+    return int(number)
+
+
+def _positive_int_or_none(value, name: str) -> Optional[int]:
+    return None if value is None else _positive_int(value, name)
+
+
+def _non_negative_int(value, name: str) -> int:
+    number = _number(value, name)
+    if number < 0 or not float(number).is_integer():
+        raise ConfigError(name, f"expected a non-negative integer, got {value!r}")
+    return int(number)
+
+
+def _number(value, name: str, kind: str = "a number"):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ConfigError(name, f"expected {kind}, got {value!r}")
+    return value
+
+
+def positive_number(value, name: str) -> float:
+    """Check a positive number option (accepts ints and floats such as 2.4e7)."""
+    number = _number(value, name, "a positive number")
+    if not number > 0:
+        raise ConfigError(name, f"expected a positive number, got {value!r}")
+    return number

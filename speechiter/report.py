@@ -1,0 +1,108 @@
+"""Per-iterator statistics, the summary table and the --report JSON."""
+import json
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+
+class IteratorStats:
+    """What one iterator loaded during a run."""
+
+    def __init__(self, name: str, iterator):
+        self.name = name
+        self.total_batches = len(iterator.batches)
+        self.batches_per_epoch = len(iterator)
+        self.sample_rate = getattr(iterator.dataset, "sample_rate", None)
+        self.steps = 0
+        self.utterances = 0
+        self.real_frames = 0
+        self.padded_frames = 0
+        self.audio_frames = 0
+        self.wait_s = 0.0
+        self.first_batch_s: Optional[float] = None
+
+    def add(self, ids, batch):
+        self.steps += 1
+        self.utterances += len(ids)
+        feat, feat_len = _get(batch, "feat"), _get(batch, "feat_len")
+        if feat is not None and feat_len is not None:
+            lengths = _numpy(feat_len)
+            real = int(lengths.sum())
+            self.real_frames += real
+            self.padded_frames += int(feat.shape[0] * feat.shape[1])
+            if self.sample_rate and feat.ndim == 3 and feat.shape[2] == 1:
+                self.audio_frames += real
+
+    def add_loader(self, loader):
+        self.wait_s += loader.wait_s
+        if self.first_batch_s is None and loader.first_batch_s is not None:
+            self.first_batch_s = loader.first_batch_s
+
+    def as_dict(self, wall_s: float) -> Dict[str, Any]:
+        audio_s = self.audio_frames / self.sample_rate if self.sample_rate and self.audio_frames else None
+        return {
+            "total_batches": self.total_batches,
+            "batches_per_epoch": self.batches_per_epoch,
+            "steps": self.steps,
+            "utterances": self.utterances,
+            "real_frames": self.real_frames,
+            "padded_frames": self.padded_frames,
+            "padding_efficiency": self.real_frames / self.padded_frames if self.padded_frames else None,
+            "batches_per_s": self.steps / wall_s if wall_s > 0 else None,
+            "audio_seconds": audio_s,
+            "audio_seconds_per_s": audio_s / wall_s if audio_s and wall_s > 0 else None,
+            "time_to_first_batch_s": self.first_batch_s,
+            "wait_s": self.wait_s,
+        }
+
+
+class RunReport:
+    """Collects the stats of every iterator of a run."""
+
+    def __init__(self, settings: Dict[str, Any]):
+        self.settings = settings
+        self.iterators: Dict[str, IteratorStats] = {}
+        self.first_batch_s: Optional[float] = None
+
+    def stats(self, name: str, iterator) -> IteratorStats:
+        if name not in self.iterators:
+            self.iterators[name] = IteratorStats(name, iterator)
+        return self.iterators[name]
+
+    def as_dict(self, wall_s: float) -> Dict[str, Any]:
+        return {"engine": self.settings, "wall_time_s": wall_s, "time_to_first_batch_s": self.first_batch_s,
+                "iterators": {name: s.as_dict(wall_s) for name, s in self.iterators.items()}}
+
+    def write(self, path: str, wall_s: float):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.as_dict(wall_s), f, indent=2)
+            f.write("\n")
+
+    def table(self, wall_s: float) -> str:
+        header = ("iterator", "batches", "utterances", "padding", "batches/s", "audio s/s", "wait s")
+        rows = [header]
+        for name, stats in self.iterators.items():
+            d = stats.as_dict(wall_s)
+            rows.append((name, str(d["steps"]), str(d["utterances"]), _pct(d["padding_efficiency"]),
+                         _num(d["batches_per_s"]), _num(d["audio_seconds_per_s"]), _num(d["wait_s"])))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                 for r in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+
+def _get(batch, key):
+    return batch.get(key) if isinstance(batch, dict) else None
+
+
+def _numpy(value) -> np.ndarray:
+    return value if isinstance(value, np.ndarray) else value.detach().cpu().numpy()
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.2f}"

@@ -1,0 +1,186 @@
+"""The command line: ``python -m speechiter.run --data_cfg recipe.yaml``.
+
+Train mode runs epochs ``--start_epoch`` .. ``--epochs`` over the train
+iterators (a dict of batches per step when there are several; each epoch has
+as many steps as the shortest one), then the valid iterators. Test mode runs
+every test set. Exit codes: 0 success, 2 configuration or input error (one
+line on stderr), 1 any other failure, 130 Ctrl-C.
+"""
+import argparse
+import os
+import sys
+import time
+import traceback
+from typing import Dict, Optional
+
+from speechiter.build import build_iterators, close_all, iterators_of
+from speechiter.config import load_config
+from speechiter.dump import DumpWriter
+from speechiter.errors import ConfigError, SpeechiterError
+from speechiter.report import RunReport
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m speechiter.run",
+                                     description="Load the batches of a SpeeChain-style data_cfg.")
+    parser.add_argument("--data_cfg", required=True, help="data_cfg or exp_cfg YAML file")
+    parser.add_argument("--mode", choices=("train", "test"), help="default: train if the file has a train group")
+    parser.add_argument("--epochs", type=int, default=1, help="number of the last epoch (SpeeChain's num_epochs)")
+    parser.add_argument("--start_epoch", type=int, default=1)
+    parser.add_argument("--start_step", type=int, default=0, help="steps of the first epoch to skip (resume)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num_workers", type=int, default=1, help="0 loads in the main process")
+    parser.add_argument("--engine", choices=("msequence", "inline", "torch"), default="msequence")
+    parser.add_argument("--thread_type", choices=("proc", "thread"), default="proc")
+    parser.add_argument("--out_type", default="cpu", help="cpu, cuda, cuda:N or null")
+    parser.add_argument("--ngpu", type=int, default=1, help="make every batch divisible by ngpu")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value (dotted key, YAML value); repeatable")
+    parser.add_argument("--dump_batches", metavar="FILE", help="write one JSON line per loaded batch")
+    parser.add_argument("--report", metavar="FILE", help="write a JSON summary of the run")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--distributed", action="store_true", help="run under torchrun (torch.distributed)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    args = parser.parse_args(argv)
+    if args.out_type not in ("cpu", "null") and not args.out_type.startswith("cuda"):
+        parser.error(f"--out_type: expected cpu, cuda, cuda:N or null, got {args.out_type!r}")
+    for name in ("epochs", "start_epoch"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name}: expected a positive integer, got {getattr(args, name)}")
+    if args.start_step < 0 or args.num_workers < 0 or args.ngpu < 1:
+        parser.error("--start_step and --num_workers must be >= 0 and --ngpu >= 1")
+    return args
+
+
+class Run:
+    """One run of the CLI over built iterators."""
+
+    def __init__(self, args, iterators: Dict, rank: int = 0):
+        self.args = args
+        self.iterators = iterators
+        self.rank = rank
+        self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers,
+                                 "thread_type": args.thread_type, "out_type": args.out_type, "seed": args.seed,
+                                 "ngpu": args.ngpu, "distributed": args.distributed})
+        self.dump = DumpWriter(args.dump_batches, rank, args.distributed) if args.dump_batches else None
+
+    def train(self):
+        args = self.args
+        for epoch in range(args.start_epoch, args.epochs + 1):
+            last = epoch == args.epochs
+            start_step = args.start_step if epoch == args.start_epoch else 0
+            self.run_group("train", None, self.iterators["train"], epoch, start_step, prefetch_next=not last)
+            if "valid" in self.iterators:
+                self.run_group("valid", None, self.iterators["valid"], epoch, 0, prefetch_next=not last)
+
+    def test(self):
+        for set_name, value in self.iterators["test"].items():
+            self.run_group("test", set_name, value, 1, self.args.start_step, prefetch_next=False)
+
+    def run_group(self, group: str, set_name: Optional[str], value, epoch: int, start_step: int,
+                  prefetch_next: bool):
+        iterators = iterators_of(value)
+        steps = min(len(it) for it in iterators.values())
+        label = "/".join(p for p in (group, set_name) if p)
+        if len(iterators) > 1 and not self.args.quiet:
+            sizes = ", ".join(f"{name}={len(it)}" for name, it in iterators.items())
+            print(f"{label} epoch {epoch}: {steps} steps (the shortest of {sizes})", file=sys.stderr)
+        if start_step >= steps:
+            return
+        loaders = {name: it.build_loader(epoch, start_step, prefetch_next=prefetch_next, stop_step=steps)
+                   for name, it in iterators.items()}
+        stats = {name: self.report.stats("/".join(p for p in (label, name) if p), it)
+                 for name, it in iterators.items()}
+        streams = {name: iter(loader) for name, loader in loaders.items()}
+        progress = _progress(steps - start_step, f"{label} epoch {epoch}", self.args.quiet)
+        try:
+            for offset in range(steps - start_step):
+                for name, stream in streams.items():
+                    batch = next(stream)
+                    task = loaders[name].tasks[offset]
+                    stats[name].add(task.ids, batch)
+                    if self.dump is not None:
+                        self.dump.write(group, set_name, name, epoch, task.position + 1, task.ids, batch)
+                progress.update(1)
+        finally:
+            progress.close()
+            for stream in streams.values():
+                stream.close()
+        for name, loader in loaders.items():
+            stats[name].add_loader(loader)
+            if self.report.first_batch_s is None:
+                self.report.first_batch_s = loader.first_batch_s
+
+    def close(self):
+        if self.dump is not None:
+            self.dump.close()
+
+
+def _progress(total: int, desc: str, quiet: bool):
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, disable=quiet, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def run(args) -> int:
+    started = time.perf_counter()
+    data_cfg = load_config(args.data_cfg, args.set)
+    mode = args.mode or ("train" if "train" in data_cfg else "test")
+    if mode not in data_cfg:
+        raise ConfigError("data_cfg", f"--mode {mode} needs a {mode} group; the file has {', '.join(data_cfg)}")
+    rank, world_size = _init_distributed(args) if args.distributed else (0, 1)
+    groups = ("train", "valid") if mode == "train" else ("test",)
+    iterators = build_iterators(data_cfg, seed=args.seed, num_workers=args.num_workers, groups=groups,
+                                engine=args.engine, thread_type=args.thread_type, out_type=args.out_type,
+                                ngpu=args.ngpu, rank=rank, world_size=world_size)
+    run_ = Run(args, iterators, rank)
+    try:
+        run_.train() if mode == "train" else run_.test()
+    finally:
+        run_.close()
+        close_all(iterators)
+    wall = time.perf_counter() - started
+    if args.report:
+        run_.report.write(args.report, wall)
+    if rank == 0:
+        print(run_.report.table(wall))
+    return 0
+
+
+def _init_distributed(args):
+    import torch
+    import torch.distributed as dist
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise ConfigError("--distributed", "needs torchrun (RANK and WORLD_SIZE are not set)")
+    if not dist.is_initialized():
+        backend = "nccl" if args.out_type.startswith("cuda") and torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except SpeechiterError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"speechiter: error: {_first_line(e)}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("speechiter: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # any other failure: exit 1, one line unless --debug
+        if args.debug:
+            traceback.print_exc()
+        print(f"speechiter: error: {type(e).__name__}: {_first_line(e)}"
+              + ("" if args.debug else " (run with --debug for the traceback)"), file=sys.stderr)
+        return 1
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

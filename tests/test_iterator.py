@@ -1,0 +1,174 @@
+"""Iterator semantics: sorting, block/piece batching, clipping, shuffling, ngpu and rank shares."""
+import numpy as np
+import pytest
+
+from speechiter.dataset.speech_text import SpeechTextDataset
+from speechiter.errors import ConfigError
+from speechiter.iterator.abs import Iterator, clip_batches, make_divisible, rank_share
+from speechiter.iterator.block import BlockIterator
+from speechiter.iterator.piece import PieceIterator
+
+
+@pytest.fixture
+def lengths_corpus(tmp_path):
+    rng = np.random.default_rng(1)
+    ids = [f"utt{i:03d}" for i in range(50)]
+    lengths = rng.integers(100, 1000, size=len(ids))
+    lengths[[3, 7, 9]] = 500  # ties
+    (tmp_path / "idx2text").write_text("".join(f"{u} words {i}\n" for i, u in enumerate(ids)))
+    (tmp_path / "idx2len").write_text("".join(f"{u} {n}\n" for u, n in zip(ids, lengths)))
+    return ids, dict(zip(ids, lengths.tolist())), tmp_path
+
+
+def make(cls, root, **conf):
+    return cls(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(root / "idx2text")}},
+               data_len=str(root / "idx2len"), engine="inline", **conf)
+
+
+def flat(batches):
+    return [uid for batch in batches for uid in batch]
+
+
+def test_sorting_descending_ascending_and_none_with_ties_in_id_order(lengths_corpus):
+    ids, lengths, root = lengths_corpus
+    desc = flat(make(PieceIterator, root, batch_size=1).batches)
+    assert [lengths[u] for u in desc] == sorted(lengths.values(), reverse=True)
+    ties = [u for u in desc if lengths[u] == 500]
+    assert ties == sorted(ties)
+    asc = flat(make(PieceIterator, root, batch_size=1, is_descending=False).batches)
+    assert [lengths[u] for u in asc] == sorted(lengths.values())
+    assert [u for u in asc if lengths[u] == 500] == sorted(ties)
+    assert flat(make(PieceIterator, root, batch_size=1, is_descending=None).batches) == ids
+
+
+def test_block_rule(lengths_corpus):
+    ids, lengths, root = lengths_corpus
+    iterator = make(BlockIterator, root, batch_len=2000)
+    batches = iterator.batches
+    assert sorted(flat(batches)) == sorted(ids)
+    for i, batch in enumerate(batches):
+        total = sum(lengths[u] for u in batch)
+        assert total <= 2000
+        if i + 1 < len(batches):  # closed only because the next utterance did not fit
+            assert total + lengths[batches[i + 1][0]] > 2000
+
+
+def test_block_utterance_longer_than_budget_gets_its_own_batch(lengths_corpus):
+    _, lengths, root = lengths_corpus
+    batches = make(BlockIterator, root, batch_len=300).batches
+    for batch in batches:
+        assert len(batch) == 1 or sum(lengths[u] for u in batch) <= 300
+
+
+def test_block_needs_lengths_and_a_positive_budget(lengths_corpus, tmp_path):
+    _, _, root = lengths_corpus
+    with pytest.raises(ConfigError, match="batch_len: expected a positive number, got -3"):
+        make(BlockIterator, root, batch_len=-3)
+    with pytest.raises(ConfigError, match="batch_len: missing"):
+        make(BlockIterator, root)
+    with pytest.raises(ConfigError, match="data_len"):
+        BlockIterator(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(root / "idx2text")}},
+                      batch_len=1000)
+
+
+def test_piece_and_abs_batch_sizes(lengths_corpus):
+    ids, _, root = lengths_corpus
+    assert [len(b) for b in make(PieceIterator, root, batch_size=8).batches] == [8] * 6 + [2]
+    assert all(len(b) == 1 for b in make(Iterator, root).batches)
+    with pytest.raises(ConfigError, match="batch_size: missing"):
+        make(PieceIterator, root)
+    with pytest.raises(ConfigError, match="batch_size: expected a positive integer"):
+        make(PieceIterator, root, batch_size=0)
+
+
+def test_clip_cursor_rule_smaller_and_larger():
+    view = [[str(i)] for i in range(5)]
+    assert flat(clip_batches(view, 3, 1)) == ["0", "1", "2"]
+    assert flat(clip_batches(view, 3, 2)) == ["3", "4", "0"]
+    assert flat(clip_batches(view, 3, 3)) == ["1", "2", "3"]
+    assert flat(clip_batches(view, 7, 1)) == ["0", "1", "2", "3", "4", "0", "1"]
+    assert flat(clip_batches(view, 7, 2)) == ["2", "3", "4", "0", "1", "2", "3"]
+    assert clip_batches(view, None, 9) == view
+
+
+def test_shuffle_is_seeded_by_seed_and_epoch(lengths_corpus):
+    _, _, root = lengths_corpus
+    a = make(PieceIterator, root, batch_size=4, seed=5)
+    b = make(PieceIterator, root, batch_size=4, seed=5)
+    assert a.epoch_batches(1) == b.epoch_batches(1)
+    assert a.epoch_batches(1) != a.epoch_batches(2)
+    order = np.random.RandomState(1 + 5).permutation(len(a.batches))
+    assert a.epoch_batches(1) == [a.batches[i] for i in order]
+    assert make(PieceIterator, root, batch_size=4, shuffle=False).epoch_batches(3) == a.batches
+
+
+def test_epoch_tasks_keep_position_and_seed_on_resume(lengths_corpus):
+    _, _, root = lengths_corpus
+    iterator = make(PieceIterator, root, batch_size=4)
+    full = iterator.epoch_tasks(2)
+    assert iterator.epoch_tasks(2, start_step=5) == full[5:]
+    assert [t.position for t in full] == list(range(len(full)))
+    with pytest.raises(ConfigError, match="start_step"):
+        iterator.epoch_tasks(2, start_step=len(full) + 1)
+
+
+def test_make_divisible_moves_remainders_forward():
+    batches = [["a", "b", "c"], ["d", "e", "f"], ["g"]]
+    out = make_divisible(batches, 2)
+    assert out == [["a", "b"], ["c", "d", "e", "f"], ["g"]]
+    assert flat(out) == flat(batches)
+
+
+def test_rank_share_equal_steps_and_documented_padding():
+    batches = [["a", "b", "c", "d", "e"], ["f", "g"], ["h"]]
+    shares = [rank_share(batches, r, 3, descending=True) for r in range(3)]
+    assert all(len(s) == len(batches) for s in shares)
+    assert shares[2][0] == ["a", "d"] and shares[0][0] == ["c"]
+    for i, batch in enumerate(batches):
+        got = [u for s in shares for u in s[i]]
+        assert set(got) == set(batch)
+        assert len(got) == max(len(batch), 3)  # repeats only pad batches smaller than the world
+
+
+def test_distributed_iterators_share_every_batch(lengths_corpus):
+    _, _, root = lengths_corpus
+    full = make(BlockIterator, root, batch_len=3000)
+    ranks = [make(BlockIterator, root, batch_len=3000, rank=r, world_size=2) for r in range(2)]
+    assert len(ranks[0]) == len(ranks[1]) == len(full)
+    for i, batch in enumerate(full.batches):
+        union = ranks[0].batches[i] + ranks[1].batches[i]
+        assert set(union) == set(batch) and len(union) == max(len(batch), 2)
+
+
+def test_data_len_missing_ids_are_dropped_with_a_warning(lengths_corpus):
+    ids, lengths, root = lengths_corpus
+    (root / "idx2len").write_text("".join(f"{u} {lengths[u]}\n" for u in ids[:-4]))
+    with pytest.warns(UserWarning, match="4 of 50"):
+        iterator = make(PieceIterator, root, batch_size=1)
+    assert sorted(flat(iterator.batches)) == sorted(ids[:-4])
+
+
+def test_group_info_and_accessors(lengths_corpus):
+    ids, _, root = lengths_corpus
+    (root / "idx2spk").write_text("".join(f"{u} s{i % 3}\n" for i, u in enumerate(ids)))
+    iterator = make(PieceIterator, root, batch_size=10, group_info={"speaker": str(root / "idx2spk")},
+                    batches_per_epoch=3)
+    assert iterator.get_group_info()["speaker"][ids[4]] == "s1"
+    assert len(iterator) == 3 and len(iterator.get_batch_indices()) == 5
+    text = repr(iterator)
+    assert "total_batches=5" in text and "batches_per_epoch=3" in text and "mean_batch=10.0" in text
+
+
+@pytest.mark.parametrize("conf, match", [
+    ({"batches_per_epoch": 0}, "batches_per_epoch"),
+    ({"ngpu": -1}, "ngpu"),
+    ({"engine": "fast"}, "engine"),
+    ({"is_descending": "yes"}, "is_descending"),
+    ({"group_info": ["x"]}, "group_info"),
+    ({"rank": 2, "world_size": 2}, "rank"),
+    ({"distributed": True}, "torch.distributed is not initialised"),
+])
+def test_iterator_option_errors(lengths_corpus, conf, match):
+    _, _, root = lengths_corpus
+    with pytest.raises(ConfigError, match=match):
+        make(PieceIterator, root, batch_size=2, **conf)
