@@ -184,6 +184,14 @@ class Dataset:
         """Hook: lengths known from the data itself, or None (then give ``data_len`` files)."""
         return None
 
+    def batch_length_fn(self, length: float) -> float:
+        """Hook: the length an utterance of ``data_len`` length has once built.
+
+        Batching budgets use it, so a dataset that changes lengths (speed
+        perturbation, samples to feature frames) keeps ``batch_len`` valid.
+        """
+        return length
+
     def dataset_init_fn(self):
         """Hook: subclass-specific initialisation. Declare your options as
         keyword parameters; data_cfg keys are checked against them."""

@@ -96,7 +96,9 @@ class Iterator:
     def _load_data_len(self, data_len) -> Optional[Dict[str, float]]:
         if data_len is None:
             lengths = self.dataset.data_len
-            return dict(lengths) if lengths is not None else None
+            if lengths is None:
+                return None
+            return {uid: self.dataset.batch_length_fn(lengths[uid]) for uid in self.dataset.get_data_index()}
         files = [data_len] if isinstance(data_len, str) else list(data_len)
         lengths: Dict[str, float] = {}
         for file in files:
@@ -113,7 +115,7 @@ class Iterator:
             self.dataset.keep_only([uid for uid in ids if uid in lengths])
             if not self.dataset.get_data_index():
                 raise DataError(f"no utterance of the dataset has a length in {', '.join(files)}")
-        return {uid: lengths[uid] for uid in self.dataset.get_data_index()}
+        return {uid: self.dataset.batch_length_fn(lengths[uid]) for uid in self.dataset.get_data_index()}
 
     def _load_group_info(self, group_info) -> Optional[Dict[str, Dict[str, str]]]:
         if group_info is None:
