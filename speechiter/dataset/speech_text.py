@@ -57,6 +57,13 @@ class SpeechTextDataset(Dataset):
         self.use_speed_perturb = bool(use_speed_perturb)
         self.perturb_range = [float(f) for f in factors]
 
+    def batch_length_fn(self, length: float) -> float:
+        """With speed perturbation, budget the slowest factor: the longest
+        possible result, so a perturbed batch never exceeds batch_len."""
+        if self.use_speed_perturb:
+            return length / min(self.perturb_range)
+        return length
+
     def extract_main_data_fn(self, main_data: Dict[str, str]) -> Dict[str, Any]:
         uid = main_data.pop("id")
         item: Dict[str, Any] = {}
