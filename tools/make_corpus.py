@@ -282,7 +282,8 @@ def make_corpus(out_dir, num, fmt="wav", sample_rate=16000, seed=0, speakers=10,
 
 
 def main(argv=None):
-    parser = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                     epilog=__doc__.split("\n\n", 2)[2])
     parser.add_argument("out_dir", type=Path, help="folder to write the corpus into (created if needed)")
     parser.add_argument("--num", type=int, required=True, help="number of utterances")
     parser.add_argument("--format", dest="fmt", choices=FORMATS, default="wav", help="audio storage (default wav)")
