@@ -1,0 +1,210 @@
+"""Output converters: numpy -> torch -> pinned -> cuda.
+
+A converter turns one raw batch into the output type. The raw batch is either
+the object a worker or the indexer returned (in-process and thread mode), or
+a :class:`~speechiter.sequence.shm.Packed` batch whose arrays are views into
+a shared-memory slot (process mode); then every array is copied out, so the
+slot can be reused as soon as the converter returns.
+
+* ``'null'``: arrays stay numpy (tensors stay tensors), as the worker made them.
+* ``'cpu'``: numeric ndarrays become torch tensors; strings, lists of strings,
+  object arrays and scalars stay as they are.
+* ``'cuda'`` / ``'cuda:N'``: as 'cpu', then copied to the device through
+  pinned memory. See NOTE [ CUDA copies ].
+
+torch is imported lazily, so workers and 'null' output never need it.
+"""
+import warnings
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+
+from speechiter.sequence.shm import ArrayRef, Packed, torch_module
+
+OUT_TYPES = ("null", "cpu", "cuda")
+
+
+def resolve_out_type(out_type: str, stacklevel: int = 3) -> str:
+    """Validate ``out_type``; 'cuda' without CUDA falls back to 'cpu' with a warning."""
+    if not isinstance(out_type, str) or not (
+        out_type in OUT_TYPES or (out_type.startswith("cuda:") and out_type[5:].isdigit())
+    ):
+        raise ValueError(f"out_type should be one of 'cuda', 'cuda:N', 'cpu', 'null', but got out_type={out_type!r}")
+    if out_type.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            warnings.warn(f"out_type={out_type!r} but CUDA is not available; batches stay on the CPU "
+                          "(out_type='cpu')", RuntimeWarning, stacklevel=stacklevel)
+            return "cpu"
+    return out_type
+
+
+def walk(obj, leaf: Callable):
+    """Rebuild a nested dict/list/tuple structure, mapping arrays with ``leaf``."""
+    kind = type(obj)
+    if kind is dict:
+        return {key: walk(value, leaf) for key, value in obj.items()}
+    if kind is list:
+        return [walk(value, leaf) for value in obj]
+    if kind is tuple:
+        return tuple(walk(value, leaf) for value in obj)
+    if kind in (str, int, float, bool, bytes, type(None)):
+        return obj
+    if kind is np.ndarray or kind is ArrayRef:
+        return leaf(obj)
+    torch = torch_module()
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return leaf(obj)
+    if isinstance(obj, np.ndarray):
+        return leaf(obj)
+    if isinstance(obj, dict):
+        return kind((key, walk(value, leaf)) for key, value in obj.items())
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return kind(*(walk(value, leaf) for value in obj))
+    if isinstance(obj, (list, tuple)):
+        return kind(walk(value, leaf) for value in obj)
+    return obj
+
+
+def _numeric(dtype: np.dtype) -> bool:
+    return dtype.kind in "biufc"
+
+
+def _from_numpy(array: np.ndarray, copy: bool):
+    """A torch tensor of a numeric array; copies when asked or when torch needs it."""
+    import torch
+    if not copy and (not array.flags.writeable or any(s < 0 for s in array.strides)
+                     or not array.dtype.isnative):
+        copy = True
+    if copy:
+        array = np.array(array, dtype=array.dtype.newbyteorder("=")) if not array.dtype.isnative else np.array(array)
+    try:
+        return torch.from_numpy(array)
+    except TypeError:  # a dtype torch does not have (e.g. uint64 on old torch): keep numpy
+        return array
+
+
+def _tensor_from_view(view: np.ndarray, name: str):
+    """A fresh tensor from a shm view of an array a worker returned as a tensor."""
+    import torch
+    tensor = torch.from_numpy(np.array(view))
+    if name == "bfloat16":
+        tensor = tensor.view(torch.bfloat16)
+    return tensor
+
+
+class Converter:
+    """Converts raw batches to one out type. One per converter thread for CUDA."""
+
+    def __init__(self, out_type: str):
+        self.out_type = out_type
+        self._stream = None
+        if out_type.startswith("cuda"):
+            import torch
+            self.device = torch.device(out_type)
+            self._stream = torch.cuda.Stream(self.device)
+
+    def __call__(self, raw, resolver: Optional[Callable] = None) -> Tuple[object, object]:
+        """Convert ``raw``; returns ``(batch, cuda_event_or_None)``.
+
+        ``resolver`` maps ArrayRefs of a Packed batch to shm views (process
+        mode); it is None for objects straight from an indexer.
+        """
+        if isinstance(raw, Packed):
+            skeleton, shared = raw.skeleton, True
+        else:
+            skeleton, shared = raw, False
+        if self.out_type == "null":
+            return walk(skeleton, self._null_leaf(resolver)), None
+        if self.out_type == "cpu":
+            return walk(skeleton, self._cpu_leaf(resolver)), None
+        return self._to_cuda(skeleton, resolver, shared)
+
+    @staticmethod
+    def _null_leaf(resolver):
+        def leaf(obj):
+            if type(obj) is ArrayRef:
+                view = resolver(obj)
+                return _tensor_from_view(view, obj.tensor) if obj.tensor else np.array(view)
+            return obj
+        return leaf
+
+    @staticmethod
+    def _cpu_leaf(resolver):
+        def leaf(obj):
+            if type(obj) is ArrayRef:
+                view = resolver(obj)
+                if obj.tensor:
+                    return _tensor_from_view(view, obj.tensor)
+                return _from_numpy(view, copy=True) if _numeric(view.dtype) else np.array(view)
+            if isinstance(obj, np.ndarray):
+                return _from_numpy(obj, copy=False) if _numeric(obj.dtype) else obj
+            return obj  # a tensor already
+        return leaf
+
+    # NOTE [ CUDA copies ]
+    # Each converter owns a side stream. A host array is copied once into a
+    # pinned tensor from torch's caching host allocator (which keeps the
+    # block from reuse until the copy that reads it has run), then copied to
+    # the device with non_blocking=True on the side stream, and an event is
+    # recorded after the last copy. The consumer thread makes its current
+    # stream wait on that event and calls record_stream on every device
+    # tensor (see hand_over), so the copies overlap the consumer's compute
+    # and the caching allocator does not reuse the memory too early.
+    def _to_cuda(self, skeleton, resolver, shared):
+        import torch
+
+        def leaf(obj):
+            if type(obj) is ArrayRef:
+                host = resolver(obj)
+                if not _numeric(host.dtype) and not obj.tensor:
+                    return np.array(host)
+                pinned = torch.empty(obj.shape, dtype=_torch_dtype(host.dtype), pin_memory=True)
+                pinned.numpy()[...] = host
+                if obj.tensor == "bfloat16":
+                    pinned = pinned.view(torch.bfloat16)
+            elif isinstance(obj, np.ndarray):
+                if not _numeric(obj.dtype):
+                    return obj
+                pinned = torch.empty(obj.shape, dtype=_torch_dtype(obj.dtype), pin_memory=True)
+                pinned.numpy()[...] = obj
+            else:  # a tensor
+                if obj.device.type != "cpu":
+                    return obj
+                pinned = obj if obj.is_pinned() else obj.pin_memory()
+            return pinned.to(self.device, non_blocking=True)
+
+        with torch.cuda.stream(self._stream):
+            batch = walk(skeleton, leaf)
+            event = torch.cuda.Event()
+            event.record(self._stream)
+        return batch, event
+
+
+_TORCH_DTYPES = {}
+
+
+def _torch_dtype(dtype: np.dtype):
+    import torch
+    dtype = np.dtype(dtype).newbyteorder("=")
+    found = _TORCH_DTYPES.get(dtype)
+    if found is None:
+        found = _TORCH_DTYPES[dtype] = torch.from_numpy(np.empty(0, dtype)).dtype
+    return found
+
+
+def hand_over(batch, event, device):
+    """In the consumer thread: wait for a converter's CUDA copies. See NOTE [ CUDA copies ]."""
+    if event is None:
+        return batch
+    import torch
+    stream = torch.cuda.current_stream(device)
+    stream.wait_event(event)
+
+    def leaf(obj):
+        if isinstance(obj, torch.Tensor) and obj.is_cuda:
+            obj.record_stream(stream)
+        return obj
+
+    walk(batch, leaf)
+    return batch

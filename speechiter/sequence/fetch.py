@@ -1,0 +1,49 @@
+"""The one function that builds a batch.
+
+In-process mode (``start_test()``, ``num_workers=0``), the process and thread
+workers, and the torch DataLoader engine all call :func:`fetch`, so the modes
+cannot drift apart.
+"""
+from typing import Any, NamedTuple, Optional, Sequence
+
+from speechiter.seeding import seeded
+
+
+class Task(NamedTuple):
+    """One batch to build.
+
+    ``position`` is the batch's index in the epoch's full plan, ``ids`` what
+    the indexer's ``__getitem__`` receives, ``seed`` the per-batch seed (see
+    :func:`speechiter.seeding.batch_seed`) or None for no reseeding.
+    """
+
+    position: int
+    ids: Sequence[Any]
+    seed: Optional[int] = None
+
+
+def fetch(indexer, task: Task):
+    """Build the batch of ``task`` with ``indexer``, under the batch's seed."""
+    if task.seed is None:
+        return indexer[task.ids]
+    with seeded(task.seed):
+        return indexer[task.ids]
+
+
+def same_task(a: Task, b: Task) -> bool:
+    """Whether two tasks build the same batch (ids may be lists or arrays)."""
+    return (
+        a.position == b.position
+        and a.seed == b.seed
+        and len(a.ids) == len(b.ids)
+        and all(x == y for x, y in zip(a.ids, b.ids))
+    )
+
+
+def describe_ids(ids, limit: int = 8) -> str:
+    """``['a', 'b', ... (120 more)]``: utterance ids for error messages."""
+    ids = list(ids)
+    text = ", ".join(repr(x) for x in ids[:limit])
+    if len(ids) > limit:
+        text += f", ... ({len(ids) - limit} more)"
+    return f"[{text}]"

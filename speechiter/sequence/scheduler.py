@@ -1,0 +1,354 @@
+"""Scheduling and reordering: the i-th batch out is the i-th task in.
+
+An :class:`Engine` is what a started MSequence runs: :class:`PoolEngine` with
+worker processes or threads, :class:`InlineEngine` in the main thread. Both
+offer ``iterate(tasks, lookahead)`` and ``close()``, and keep ``stats``.
+
+NOTE [ Ordering ]
+Every dispatched task gets a global sequence number ``seq`` (never reset while
+the engine lives, so a late result of an old epoch cannot be mistaken for a
+new one). Tasks go to the least-loaded worker's own queue; results come back
+in any order and wait in ``_pending`` (the reorder buffer, keyed by seq) until
+the consumer reaches them. ``buffer`` bounds the batches in flight, i.e.
+dispatched but not yet consumed or discarded; in process mode each of them
+holds one shared-memory slot. Which worker builds a batch never changes the
+batch: its randomness comes only from Task.seed, see fetch.py.
+
+NOTE [ Lookahead ]
+``iterate(tasks, lookahead)``: once every task of ``tasks`` is dispatched,
+free buffer places go to ``lookahead`` (the next epoch's first tasks), so the
+workers do not idle at the epoch boundary. The next ``iterate()`` call keeps
+the prefetched results for its leading tasks that equal them (position, ids,
+seed) and discards the rest: a discarded task's result is dropped, and its slot
+released, when it arrives. A call made while the previous generator is not
+exhausted supersedes it the same way.
+
+NOTE [ Never wait forever ]
+The consumer never blocks without a timeout: it polls for results at most
+``_POLL_S`` at a time, checking the workers' liveness each round (process
+sentinels wake the wait at once when a worker dies), and gives up waiting for
+one batch after ``timeout`` seconds. Worker exceptions come back as Failed
+messages and are raised, as WorkerError, when the consumer reaches that batch.
+
+NOTE [ Shutdown order ]
+Any exception in the consumer's generator, a KeyboardInterrupt, the consumer
+leaving early (GeneratorExit) and finish() all close the engine, in this order:
+1. converter threads finish what they run (they read shm views) and stop;
+2. workers are asked to stop, then terminated, then killed, and joined, so no
+   process can create a segment any more;
+3. the slot table unmaps and unlinks every segment of the session, including
+   ones it never heard of (NOTE [ Segment cleanup ] in shm.py).
+An engine also closes from a weakref.finalize on its MSequence (and at exit)
+when the user never calls finish().
+"""
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import List, Optional, Sequence
+
+from speechiter.errors import WorkerError
+from speechiter.sequence.convert import Converter, hand_over
+from speechiter.sequence.fetch import Task, describe_ids, fetch, same_task
+from speechiter.sequence.workers import Done, Failed, Fetch
+
+_POLL_S = 0.25
+
+
+def new_stats() -> dict:
+    """Timing of the last iterate() call and since start, for the CLI report."""
+    return {"first_batch_s": None, "wait_s": 0.0, "batches": 0, "prefetched": 0,
+            "total_wait_s": 0.0, "total_batches": 0}
+
+
+class _Pending:
+    """One dispatched task: in flight, received, or waiting to be discarded."""
+
+    __slots__ = ("seq", "task", "wid", "slot", "result", "discard", "future")
+
+    def __init__(self, seq, task, wid, slot):
+        self.seq, self.task, self.wid, self.slot = seq, task, wid, slot
+        self.result = None
+        self.discard = False
+        self.future = None
+
+
+class _Run:
+    """The state of one iterate() call."""
+
+    def __init__(self, tasks, lookahead, entries):
+        self.tasks = tasks
+        self.lookahead = lookahead
+        self.entries: List[_Pending] = entries  # dispatched tasks, in order
+        self.ahead: List[_Pending] = []  # dispatched lookahead tasks, in order
+        self.consumed = 0
+
+
+class _Engine:
+    """What iterate() shares between the pool and the inline engine."""
+
+    def __init__(self, stats: dict):
+        self.stats = stats
+        self.closed = False
+        self._run: Optional[_Run] = None
+
+    def _check_open(self):
+        if self.closed:
+            raise RuntimeError("the MSequence is finished: call start() or start_test() before iterating")
+
+    def _generate(self, run: _Run):
+        """The consumer's generator. See NOTE [ Shutdown order ]."""
+        stats = self.stats
+        stats.update(first_batch_s=None, wait_s=0.0, batches=0)
+        started = time.perf_counter()
+        try:
+            for i in range(len(run.tasks)):
+                waited = time.perf_counter()
+                if self._run is not run:
+                    raise RuntimeError("this iterate() generator was superseded by a newer iterate() call")
+                self._check_open()
+                batch = self._take(run, i)
+                now = time.perf_counter()
+                if stats["first_batch_s"] is None:
+                    stats["first_batch_s"] = now - started
+                stats["wait_s"] += now - waited
+                stats["total_wait_s"] += now - waited
+                stats["batches"] += 1
+                stats["total_batches"] += 1
+                run.consumed = i + 1
+                yield batch
+        except GeneratorExit:
+            # Closed after the last batch was handed out (zip(), islice()) is not leaving early.
+            if self._run is run and run.consumed < len(run.tasks):
+                self.close()
+            raise
+        except BaseException:
+            if self._run is run:
+                self.close()
+            raise
+
+
+class InlineEngine(_Engine):
+    """Builds every batch in the calling thread (start_test(), num_workers=0)."""
+
+    def __init__(self, factory, out_type: str, stats: dict):
+        super().__init__(stats)
+        self._indexer = factory()
+        self._convert = Converter(out_type)
+
+    def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()):
+        self._check_open()
+        self._run = _Run(list(tasks), (), [])
+        return self._generate(self._run)
+
+    def _take(self, run, i):
+        batch, event = self._convert(fetch(self._indexer, run.tasks[i]))
+        return hand_over(batch, event, getattr(self._convert, "device", None))
+
+    def close(self):
+        self.closed = True
+        self._indexer = None
+
+
+class PoolEngine(_Engine):
+    """Workers (processes or threads), per-worker queues and a reorder buffer.
+
+    See NOTE [ Ordering ], NOTE [ Lookahead ], NOTE [ Never wait forever ].
+    """
+
+    def __init__(self, pool, slots, out_type: str, num_converters: int, buffer: int, timeout: float,
+                 stats: dict):
+        super().__init__(stats)
+        self._pool = pool
+        self._slots = slots  # SlotTable in process mode, None with threads
+        self._buffer = buffer
+        self._timeout = timeout
+        self._out_type = out_type
+        self._pending = {}  # seq -> _Pending: the reorder buffer and in-flight tasks
+        self._load = [0] * len(pool)  # tasks sent to each worker and not answered
+        self._next_seq = 0
+        self._turn = 0
+        self._device = None
+        if out_type.startswith("cuda"):
+            import torch
+            self._device = torch.device(out_type)
+        if num_converters:
+            self._executor = ThreadPoolExecutor(num_converters, thread_name_prefix="speechiter-converter")
+            self._converters = {}
+            self._ahead = num_converters
+        else:
+            self._executor = None
+            self._convert = Converter(out_type)
+
+    # ------------------------------------------------------------ dispatch
+
+    def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()):
+        self._check_open()
+        tasks, lookahead = list(tasks), list(lookahead)
+        prefetched = []
+        previous = self._run
+        if previous is not None:
+            for p in previous.entries[previous.consumed:]:
+                self._discard(p)
+            prefetched = previous.ahead
+        reused = 0
+        while reused < min(len(prefetched), len(tasks)) and same_task(prefetched[reused].task, tasks[reused]):
+            reused += 1
+        for p in prefetched[reused:]:
+            self._discard(p)
+        entries = prefetched[:reused]
+        self.stats["prefetched"] = reused
+        self._run = _Run(tasks, lookahead, entries)
+        self._dispatch()
+        return self._generate(self._run)
+
+    def _dispatch(self):
+        """Fill the buffer: the run's tasks first, then its lookahead."""
+        run = self._run
+        while len(self._pending) < self._buffer:
+            if len(run.entries) < len(run.tasks):
+                run.entries.append(self._send(run.tasks[len(run.entries)]))
+            elif len(run.ahead) < len(run.lookahead):
+                run.ahead.append(self._send(run.lookahead[len(run.ahead)]))
+            else:
+                return
+
+    def _send(self, task: Task) -> _Pending:
+        n = len(self._load)
+        wid = min(((self._turn + k) % n for k in range(n)), key=self._load.__getitem__)
+        self._turn = (wid + 1) % n
+        slot = self._slots.free.pop() if self._slots is not None else None
+        p = _Pending(self._next_seq, task, wid, slot)
+        self._next_seq += 1
+        self._pending[p.seq] = p
+        self._load[wid] += 1
+        self._pool.send(wid, Fetch(p.seq, task, None if slot is None else self._slots.ref(slot)))
+        return p
+
+    def _release(self, p: _Pending):
+        del self._pending[p.seq]
+        p.result = None
+        if p.slot is not None:
+            self._slots.free.append(p.slot)
+            p.slot = None
+
+    def _discard(self, p: _Pending):
+        if p.future is not None:
+            p.future.cancel()
+            try:
+                p.future.result()  # it may be reading the slot
+            except BaseException:
+                pass
+            p.future = None
+        if p.result is not None:
+            self._release(p)
+        elif p.seq in self._pending:
+            p.discard = True
+
+    # ------------------------------------------------------------- receive
+
+    def _receive(self, timeout: float):
+        messages, dead = self._pool.recv(timeout)
+        for msg in messages:
+            if msg.seq is None:  # the worker could not build its indexer
+                raise WorkerError(self._failure_text(msg, None), msg.exit_code) from None
+            p = self._pending[msg.seq]
+            self._load[p.wid] -= 1
+            if isinstance(msg, Done) and self._slots is not None:
+                self._slots.accept(msg.payload.slot)
+            if p.discard:
+                self._release(p)
+            else:
+                p.result = msg
+        for wid, how in dead:
+            busy = sorted(seq for seq, p in self._pending.items() if p.wid == wid and p.result is None
+                          and not p.discard)
+            doing = f"while building batch {self._pending[busy[0]].task.position}" if busy else "while idle"
+            raise RuntimeError(f"loading worker {wid} (pid {self._pool.pid(wid)}) exited unexpectedly "
+                               f"({how}) {doing}")
+
+    def _wait(self, run: _Run, i: int) -> _Pending:
+        """Block until task ``i`` of ``run`` has its result. See NOTE [ Never wait forever ].
+
+        The task may not even be dispatched yet while discarded tasks still
+        hold the buffer; their arrivals free places.
+        """
+        deadline = time.monotonic() + self._timeout
+        while True:
+            self._dispatch()
+            p = run.entries[i] if i < len(run.entries) else None
+            if p is not None and p.result is not None:
+                return p
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if p is None:
+                    raise TimeoutError(f"no place in the buffer for batch {run.tasks[i].position} after waiting "
+                                       f"{self._timeout:g} s (timeout={self._timeout:g})")
+                raise TimeoutError(
+                    f"no batch after waiting {self._timeout:g} s (timeout={self._timeout:g}) for batch "
+                    f"{p.task.position} from loading worker {p.wid} (pid {self._pool.pid(p.wid)}), "
+                    f"ids {describe_ids(p.task.ids)}")
+            self._receive(min(remaining, _POLL_S))
+
+    def _failure_text(self, msg: Failed, task: Optional[Task]) -> str:
+        where = (f"while building batch {task.position} (ids {describe_ids(task.ids)})" if task is not None
+                 else "while building its indexer (calling the worker factory)")
+        return (f"loading worker {msg.wid} (pid {self._pool.pid(msg.wid)}) raised {msg.kind}: {msg.message}\n"
+                f"  {where}\n\nTraceback in the worker:\n{msg.traceback.rstrip()}")
+
+    # ------------------------------------------------------------- convert
+
+    def _converter(self):
+        import threading
+        ident = threading.get_ident()
+        found = self._converters.get(ident)
+        if found is None:
+            found = self._converters[ident] = Converter(self._out_type)
+        return found
+
+    def _convert_one(self, payload):
+        convert = self._converter() if self._executor is not None else self._convert
+        resolver = self._slots.resolver(payload.slot) if self._slots is not None else None
+        return convert(payload, resolver)
+
+    def _submit(self, p: _Pending):
+        if isinstance(p.result, Done) and p.future is None:
+            p.future = self._executor.submit(self._convert_one, p.result.payload)
+
+    def _take(self, run: _Run, i: int):
+        p = self._wait(run, i)
+        if isinstance(p.result, Failed):
+            raise WorkerError(self._failure_text(p.result, p.task), p.result.exit_code) from None
+        if self._executor is None:
+            batch, event = self._convert_one(p.result.payload)
+        else:
+            self._submit(p)
+            self._receive(0)
+            for q in run.entries[i + 1:i + 1 + self._ahead]:
+                self._submit(q)  # convert ahead while the consumer computes
+            try:
+                batch, event = p.future.result(timeout=self._timeout)
+            except FutureTimeout:
+                raise TimeoutError(f"converting batch {p.task.position} took more than "
+                                   f"{self._timeout:g} s (timeout={self._timeout:g})") from None
+            p.future = None
+        self._release(p)
+        self._dispatch()
+        return hand_over(batch, event, self._device)
+
+    # --------------------------------------------------------------- close
+
+    def close(self):
+        """See NOTE [ Shutdown order ]. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True, cancel_futures=True)
+        finally:
+            try:
+                self._pool.close()
+            finally:
+                self._pending.clear()
+                if self._slots is not None:
+                    self._slots.close()

@@ -1,0 +1,312 @@
+"""Shared-memory transport of numpy payloads, with reusable slots.
+
+A worker process walks the batch it built, copies every ndarray (and CPU
+tensor) into a *slot* -- a POSIX shared-memory segment -- and sends only a
+small :class:`Packed` message: the batch with each array replaced by an
+:class:`ArrayRef` (offset, dtype, shape). The main process maps the same
+segment, reads the arrays as views and the converter copies them out before
+the slot is handed back for the next batch. Array payloads are never pickled
+and buffers are not allocated per batch.
+
+NOTE [ Slot ownership ]
+The main process owns a fixed table of ``buffer`` slots; each dispatched task
+carries one slot (:class:`SlotRef`: index, segment name, size), and a slot
+belongs to exactly one task until the main process releases it. A slot starts
+without a segment. When a batch does not fit, the worker that builds it
+creates a larger segment under a fresh name and reports it in its
+:class:`Packed` message; the main process then unlinks the old segment
+(no other task can be using it) and records the new one. Workers cache one
+mapping per slot and remap when the name they are given changes.
+
+NOTE [ Segment cleanup ]
+Segments are created and unlinked with ``_posixshmem`` directly, not with
+``multiprocessing.shared_memory``: in Python 3.11 that class registers every
+segment with the resource tracker of the process that opens it, which warns
+about and double-unlinks segments created in one process and unlinked in
+another. Here the main process alone unlinks, and every segment name starts
+with the session prefix ``speechiter_<main pid>_<token>_``, so
+:meth:`SlotTable.close` can also remove segments it never heard of (a worker
+killed between creating a segment and reporting it) by listing /dev/shm
+after the workers have ended. See NOTE [ Shutdown order ] in scheduler.py.
+"""
+import mmap
+import os
+import secrets
+import sys
+from typing import Any, List, NamedTuple, Optional
+
+import numpy as np
+
+try:
+    import _posixshmem
+except ImportError:  # pragma: no cover - Windows
+    _posixshmem = None
+
+_ALIGN = 64
+_GROW_STEP = 1 << 20
+_SHM_DIR = "/dev/shm"
+
+
+def session_prefix() -> str:
+    """A name prefix unique to one started sequence of this process."""
+    return f"speechiter_{os.getpid()}_{secrets.token_hex(3)}_"
+
+
+def _check_available():
+    if _posixshmem is None:
+        raise RuntimeError("thread_type='proc' needs POSIX shared memory; use thread_type='thread' on this system")
+
+
+def create_segment(name: str, size: int) -> mmap.mmap:
+    _check_available()
+    fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode=0o600)
+    try:
+        os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    except BaseException:
+        unlink_segment(name)
+        raise
+    finally:
+        os.close(fd)
+
+
+def open_segment(name: str, size: int) -> mmap.mmap:
+    _check_available()
+    fd = _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def unlink_segment(name: str) -> None:
+    try:
+        _posixshmem.shm_unlink("/" + name)
+    except FileNotFoundError:
+        pass
+
+
+def close_map(mm: Optional[mmap.mmap]) -> None:
+    """Unmap, tolerating views that are still alive (then GC unmaps later)."""
+    if mm is None:
+        return
+    try:
+        mm.close()
+    except BufferError:
+        pass
+
+
+def leftover_segments(prefix: str) -> List[str]:
+    """Names of existing segments that start with ``prefix``."""
+    try:
+        return [name for name in os.listdir(_SHM_DIR) if name.startswith(prefix)]
+    except OSError:
+        return []
+
+
+class SlotRef(NamedTuple):
+    """A slot of the table: its index and current segment (None = no segment yet)."""
+
+    index: int
+    name: Optional[str]
+    size: int
+
+
+class ArrayRef(NamedTuple):
+    """Where one array of a packed batch lives in its slot.
+
+    ``tensor`` is None for a numpy array, else the name of the torch dtype the
+    worker returned (``'float32'``, ``'bfloat16'`` ...), so that 'null'
+    output gives back a tensor as the worker made it.
+    """
+
+    offset: int
+    dtype: np.dtype
+    shape: tuple
+    tensor: Optional[str] = None
+
+
+class Packed(NamedTuple):
+    """A batch in shared memory: the structure with ArrayRefs, and its slot."""
+
+    skeleton: Any
+    slot: SlotRef
+
+
+def torch_module():
+    """torch if it is imported already (workers never import it for us)."""
+    return sys.modules.get("torch")
+
+
+class _Packer:
+    """Replaces arrays by ArrayRefs and lays them out, 64-byte aligned."""
+
+    def __init__(self):
+        self.arrays = []
+        self.refs = []
+        self.total = 0
+
+    def _add(self, array: np.ndarray, tensor: Optional[str]):
+        offset = -(-self.total // _ALIGN) * _ALIGN
+        ref = ArrayRef(offset, array.dtype, array.shape, tensor)
+        self.arrays.append(array)
+        self.refs.append(ref)
+        self.total = offset + array.nbytes
+        return ref
+
+    def walk(self, obj):
+        kind = type(obj)
+        if kind is np.ndarray:
+            if obj.dtype.hasobject or obj.nbytes == 0:
+                return obj  # travels pickled; object arrays cannot be shared
+            return self._add(obj, None)
+        if kind is dict:
+            return {key: self.walk(value) for key, value in obj.items()}
+        if kind is list:
+            return [self.walk(value) for value in obj]
+        if kind is tuple:
+            return tuple(self.walk(value) for value in obj)
+        if kind in (str, int, float, bool, bytes, type(None)):
+            return obj
+        torch = torch_module()
+        if torch is not None and isinstance(obj, torch.Tensor):
+            return self._tensor(obj, torch)
+        if isinstance(obj, np.ndarray):  # subclasses: share as plain arrays
+            return self.walk(np.asarray(obj))
+        if isinstance(obj, dict):
+            return kind((key, self.walk(value)) for key, value in obj.items())
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return kind(*(self.walk(value) for value in obj))
+        if isinstance(obj, (list, tuple)):
+            return kind(self.walk(value) for value in obj)
+        return obj
+
+    def _tensor(self, tensor, torch):
+        if tensor.device.type != "cpu":
+            raise TypeError(f"loading workers must return CPU tensors, but got a tensor on {tensor.device}")
+        tensor = tensor.detach().resolve_conj().resolve_neg()
+        name = str(tensor.dtype).rpartition(".")[2]
+        if tensor.numel() == 0:
+            return tensor
+        if tensor.dtype == torch.bfloat16:
+            array = tensor.view(torch.int16).numpy()
+        else:
+            array = tensor.numpy()
+        return self._add(array, name)
+
+
+def _grown(needed: int) -> int:
+    """Segment size for ``needed`` bytes: 25% headroom, whole MiB."""
+    # Untouched pages of a tmpfs segment cost no memory, so headroom is cheap.
+    return -(-(needed + needed // 4) // _GROW_STEP) * _GROW_STEP
+
+
+class SlotWriter:
+    """Worker side: packs batches into the slots it is given.
+
+    See NOTE [ Slot ownership ].
+    """
+
+    def __init__(self, prefix: str, worker_id: int):
+        self._prefix = f"{prefix}w{worker_id}_"
+        self._created = 0
+        self._maps = {}  # slot index -> (name, mmap)
+
+    def _mapping(self, slot: SlotRef, needed: int):
+        cached = self._maps.get(slot.index)
+        if needed > slot.size:
+            name, size = f"{self._prefix}{self._created}", _grown(needed)
+            self._created += 1
+            mm = create_segment(name, size)
+        elif cached is not None and cached[0] == slot.name:
+            return slot, cached[1]
+        else:
+            name, size = slot.name, slot.size
+            mm = open_segment(name, size)
+        if cached is not None:
+            close_map(cached[1])
+        self._maps[slot.index] = (name, mm)
+        return SlotRef(slot.index, name, size), mm
+
+    def pack(self, batch, slot: SlotRef) -> Packed:
+        packer = _Packer()
+        skeleton = packer.walk(batch)
+        if not packer.arrays:
+            return Packed(skeleton, slot)
+        slot, mm = self._mapping(slot, packer.total)
+        for array, ref in zip(packer.arrays, packer.refs):
+            target = np.ndarray(ref.shape, ref.dtype, buffer=mm, offset=ref.offset)
+            np.copyto(target, array, casting="no")
+            del target
+        return Packed(skeleton, slot)
+
+    def close(self):
+        for _, mm in self._maps.values():
+            close_map(mm)
+        self._maps.clear()
+
+
+class SlotTable:
+    """Main side: the slot table, mappings to read batches, and all unlinking.
+
+    See NOTE [ Slot ownership ] and NOTE [ Segment cleanup ].
+    """
+
+    def __init__(self, prefix: str, num_slots: int):
+        _check_available()
+        self.prefix = prefix
+        self._slots = [SlotRef(i, None, 0) for i in range(num_slots)]
+        self._maps = [None] * num_slots  # (name, mmap) or None
+        self.free = list(range(num_slots - 1, -1, -1))
+
+    def ref(self, index: int) -> SlotRef:
+        return self._slots[index]
+
+    def accept(self, slot: SlotRef) -> None:
+        """Record the segment a worker used for ``slot`` (it may be new)."""
+        old = self._slots[slot.index]
+        if old.name == slot.name:
+            return
+        mapped = self._maps[slot.index]
+        if mapped is not None:
+            close_map(mapped[1])
+            self._maps[slot.index] = None
+        if old.name is not None:
+            unlink_segment(old.name)
+        self._slots[slot.index] = slot
+
+    def _map(self, slot: SlotRef) -> mmap.mmap:
+        mapped = self._maps[slot.index]
+        if mapped is None or mapped[0] != slot.name:
+            if mapped is not None:
+                close_map(mapped[1])
+            mapped = (slot.name, open_segment(slot.name, slot.size))
+            self._maps[slot.index] = mapped
+        return mapped[1]
+
+    def resolver(self, slot: SlotRef):
+        """A function ArrayRef -> view into ``slot`` (mapped on first use)."""
+        mapping = []
+
+        def view(ref: ArrayRef) -> np.ndarray:
+            if not mapping:
+                mapping.append(self._map(slot))
+            return np.ndarray(ref.shape, ref.dtype, buffer=mapping[0], offset=ref.offset)
+
+        return view
+
+    def segment_count(self) -> int:
+        return sum(slot.name is not None for slot in self._slots)
+
+    def close(self) -> None:
+        """Unmap and unlink every segment of this session, known or not."""
+        for i, mapped in enumerate(self._maps):
+            if mapped is not None:
+                close_map(mapped[1])
+                self._maps[i] = None
+        for i, slot in enumerate(self._slots):
+            if slot.name is not None:
+                unlink_segment(slot.name)
+                self._slots[i] = SlotRef(i, None, 0)
+        for name in leftover_segments(self.prefix):
+            unlink_segment(name)

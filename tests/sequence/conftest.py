@@ -1,0 +1,38 @@
+import os
+import threading
+
+import psutil
+import pytest
+
+
+def shm_leftovers():
+    prefix = f"speechiter_{os.getpid()}_"
+    try:
+        return [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
+    except OSError:
+        return []
+
+
+def children():
+    """Child processes, except Python's own resource tracker ('spawn' semaphores start it once)."""
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" not in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def engine_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("speechiter-") and t.is_alive()]
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """After every test: no child processes, no segments of this process, no engine threads."""
+    yield
+    assert children() == []
+    assert shm_leftovers() == []
+    assert engine_threads() == []

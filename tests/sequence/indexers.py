@@ -1,0 +1,121 @@
+"""Module-level indexers and factories for the engine tests (picklable, so 'spawn' works)."""
+import os
+import signal
+import time
+
+import numpy as np
+
+import speechiter
+from speechiter.errors import DataError
+
+
+class Echo:
+    """MDNC's TestSequenceWorker."""
+
+    def __getitem__(self, ids):
+        return ids
+
+
+class Slow:
+    """Deterministic payload; takes a deterministic, varying time so workers finish out of order."""
+
+    def __getitem__(self, ids):
+        first = int(ids[0])
+        time.sleep((first * 7919 % 5) * 0.003)
+        return {"ids": [f"utt{i}" for i in ids],
+                "x": np.arange(len(ids) * 3, dtype=np.float32).reshape(len(ids), 3) + first,
+                "n": np.asarray(ids, dtype=np.int64)}
+
+
+class Mixed:
+    """Several dtypes and shapes, strings, nested dicts, tuples, tensors, scalars."""
+
+    def __getitem__(self, ids):
+        import torch
+        first = int(ids[0])
+        gen = np.random.default_rng(first)
+        return {
+            "feat": gen.standard_normal((len(ids), 5 + first % 3, 2)).astype(np.float32),
+            "wave": gen.integers(-2**15, 2**15, (len(ids), 7), dtype=np.int16),
+            "f64": np.linspace(0, 1, 11)[::2],  # not contiguous
+            "mask": np.arange(6).reshape(2, 3) % 2 == 0,
+            "u8": np.arange(4, dtype=np.uint8),
+            "big_endian": np.arange(3, dtype=">i4"),
+            "empty": np.zeros((0, 4), dtype=np.float32),
+            "scalar0d": np.array(3.5),
+            "text": np.array(["a", "bcd"]),
+            "objects": np.array(["x", None], dtype=object),
+            "tensor": torch.arange(4, dtype=torch.float32) + first,
+            "bf16": torch.ones(3, dtype=torch.bfloat16),
+            "nested": {"ids": [str(i) for i in ids], "pair": (np.int32(first), np.ones(2)),
+                       "deep": [{"k": np.full(3, first, dtype=np.int32)}, None, 1.5, "s"]},
+            "lengths": [len(ids), first],
+        }
+
+
+class Sized:
+    """Batches of ``ids[0]`` MiB of float32, to grow slots."""
+
+    def __getitem__(self, ids):
+        mib = int(ids[0])
+        return {"x": np.full(mib * (1 << 18), mib, dtype=np.float32), "mib": mib}
+
+
+class Pid:
+    def __getitem__(self, ids):
+        return {"pid": os.getpid(), "ids": list(ids), "x": np.asarray(ids)}
+
+
+class Random:
+    """Draws from speechiter.rng() (thread safe) and from numpy's global generator."""
+
+    def __getitem__(self, ids):
+        return {"rng": speechiter.rng().standard_normal(4), "np": np.random.rand(3), "ids": list(ids)}
+
+
+class RngOnly:
+    def __getitem__(self, ids):
+        time.sleep(0.001 * (int(ids[0]) % 3))
+        return speechiter.rng().standard_normal(4)
+
+
+class Failing:
+    """Raises at id 13: a ValueError, or a DataError (exit code 2)."""
+
+    def __init__(self, data_error=False):
+        self.data_error = data_error
+
+    def __getitem__(self, ids):
+        if 13 in list(ids):
+            if self.data_error:
+                raise DataError(f"utterance {ids[0]}: broken wav header")
+            raise ValueError("cannot decode utterance 13")
+        return np.asarray(ids)
+
+
+def failing_data_error():
+    return Failing(data_error=True)
+
+
+class BrokenFactory:
+    def __init__(self):
+        raise OSError("cannot open data.h5")
+
+
+class Killed:
+    """SIGKILLs its own process at id 17."""
+
+    def __getitem__(self, ids):
+        if 17 in list(ids):
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.005)
+        return np.asarray(ids)
+
+
+class Hang:
+    """Hangs (long sleep) at id 5."""
+
+    def __getitem__(self, ids):
+        if 5 in list(ids):
+            time.sleep(60)
+        return np.asarray(ids)
