@@ -31,17 +31,28 @@ def stream_id(name: str) -> int:
     return zlib.crc32(name.encode("utf-8"))
 
 
+_isolated = False
+_isolate_lock = threading.Lock()
+
+
 @contextmanager
 def seeded(seed: int):
     """Run a block under the random state of one batch.
 
     Seeds Python's ``random``, numpy's global generator and torch's, and sets
-    the generator that :func:`rng` returns in this thread.
+    the generator that :func:`rng` returns in this thread. After
+    :func:`isolate_thread_random`, ``random`` and ``numpy.random`` get a state
+    of their own in this thread instead of reseeding the shared one.
     """
-    previous = getattr(_local, "generator", None)
+    previous = (getattr(_local, "generator", None), getattr(_local, "py_random", None),
+                getattr(_local, "np_random", None))
     _local.generator = np.random.default_rng(seed)
-    random.seed(seed)
-    np.random.seed(seed & 0xFFFFFFFF)
+    if _isolated:
+        _local.py_random = random.Random(seed)
+        _local.np_random = np.random.RandomState(seed & 0xFFFFFFFF)
+    else:
+        random.seed(seed)
+        np.random.seed(seed & 0xFFFFFFFF)
     try:
         import torch
         torch.manual_seed(seed)
@@ -50,7 +61,42 @@ def seeded(seed: int):
     try:
         yield _local.generator
     finally:
-        _local.generator = previous
+        _local.generator, _local.py_random, _local.np_random = previous
+
+
+def isolate_thread_random():
+    """Give each thread worker its own ``random`` and ``numpy.random`` state.
+
+    NOTE [ Global generators and threads ]: thread workers share the
+    interpreter's global generators, so seeding them per batch would race.
+    This replaces the module-level functions of ``random`` and
+    ``numpy.random`` (``random.random``, ``np.random.uniform``, ...) by
+    dispatchers that use the state set by :func:`seeded` in the calling
+    thread, and the usual global state elsewhere. Names imported before the
+    call (``from random import random``) and torch's global generator are not
+    covered: use :func:`rng` in code that runs in thread workers.
+    """
+    global _isolated
+    with _isolate_lock:
+        if _isolated:
+            return
+        _redirect(random, random._inst, "py_random")
+        _redirect(np.random, np.random.mtrand._rand, "np_random")
+        _isolated = True
+
+
+def _redirect(module, instance, attr: str):
+    for name in dir(module):
+        if getattr(getattr(module, name), "__self__", None) is instance:
+            setattr(module, name, _dispatcher(name, instance, attr))
+
+
+def _dispatcher(name: str, default, attr: str):
+    def call(*args, **kwargs):
+        state = getattr(_local, attr, None)
+        return getattr(state if state is not None else default, name)(*args, **kwargs)
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
 def rng() -> np.random.Generator:
