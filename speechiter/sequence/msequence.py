@@ -200,7 +200,10 @@ class MSequence:
         NOTE [ Lookahead ] in scheduler.py. Leaving the generator early, or an
         exception while it runs, finishes the sequence (see NOTE [ Shutdown order ]).
         """
-        if self._engine is None or self._engine.closed:
+        if self._engine is not None and self._engine.closed:
+            raise RuntimeError("the MSequence was finished (by an error, by leaving a loop early, or by the "
+                               "garbage collector): call start() or start_test() again before iterating")
+        if self._engine is None:
             raise RuntimeError("the MSequence is not started: use `with manager.start() as mng:` "
                                "or call start() / start_test() before iterating")
         return self._engine.iterate(tasks, lookahead)

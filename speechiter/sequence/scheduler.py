@@ -42,6 +42,7 @@ An engine also closes from a weakref.finalize on its MSequence (and at exit)
 when the user never calls finish().
 """
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import List, Optional, Sequence
@@ -347,7 +348,10 @@ class PoolEngine(_Engine):
                 self._executor.shutdown(wait=True, cancel_futures=True)
         finally:
             try:
-                self._pool.close()
+                stuck = self._pool.close()
+                if stuck:
+                    warnings.warn(f"loading worker threads {stuck} are still busy in the indexer and cannot be "
+                                  "stopped; they end when their current batch does", RuntimeWarning, stacklevel=2)
             finally:
                 self._pending.clear()
                 if self._slots is not None:

@@ -191,7 +191,7 @@ class ProcPool:
             if reader in self._open:
                 self._open.remove(reader)
 
-    def close(self, grace: float = 2.0) -> None:
+    def close(self, grace: float = 1.0) -> List[str]:
         """End all workers: ask, wait ``grace`` seconds, terminate, kill. Idempotent."""
         self._done.set()
         for tasks in self._queues:
@@ -218,6 +218,7 @@ class ProcPool:
             if proc.pid is not None and proc.exitcode is not None:
                 proc.close()
         self._queues, self._readers, self._procs, self._open = [], [], [], []
+        return []
 
 
 # ------------------------------------------------------------------- threads
@@ -281,7 +282,7 @@ class ThreadPool:
                     dead.append((wid, "thread ended"))
         return messages, dead
 
-    def close(self, grace: float = 2.0) -> List[str]:
+    def close(self, grace: float = 1.0) -> List[str]:
         """Stop the threads; returns the names of threads still busy in user code."""
         self._done.set()
         for tasks in self._queues:

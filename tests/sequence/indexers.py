@@ -113,9 +113,12 @@ class Killed:
 
 
 class Hang:
-    """Hangs (long sleep) at id 5."""
+    """Hangs (a long sleep) at id 5."""
+
+    def __init__(self, seconds=60.0):
+        self.seconds = seconds
 
     def __getitem__(self, ids):
         if 5 in list(ids):
-            time.sleep(60)
+            time.sleep(self.seconds)
         return np.asarray(ids)
