@@ -15,9 +15,10 @@ batches.
 """
 import time
 import weakref
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from speechiter.dataset.abs import DatasetReader
+from speechiter.state import KEY_EPOCH, KEY_STEP, KEY_VERSION, STATE_VERSION, check_state, identity
 
 
 class Loader:
@@ -36,8 +37,24 @@ class Loader:
         if stop_step is not None:
             self.tasks = self.tasks[:max(0, stop_step - start_step)]
         self.prefetch_next = prefetch_next
+        self.start_step = start_step
+        self.stop_step = stop_step
+        self.step = start_step  # steps of this epoch consumed so far
         self.first_batch_s: Optional[float] = None
         self.wait_s = 0.0
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where this loader stands: resume with :meth:`load_state_dict`."""
+        return {KEY_VERSION: STATE_VERSION, KEY_EPOCH: self.epoch, KEY_STEP: self.step, **identity(self.iterator)}
+
+    def load_state_dict(self, state: Dict[str, Any]):
+        """Continue from a saved state: the next batch is the one after it.
+
+        Raises a ConfigError if the state belongs to another configuration.
+        """
+        check_state(state, identity(self.iterator))
+        self.__init__(self.iterator, state[KEY_EPOCH], state[KEY_STEP], prefetch_next=self.prefetch_next,
+                      stop_step=self.stop_step)
 
     def __len__(self):
         return len(self.tasks)
@@ -64,6 +81,7 @@ class Loader:
                 self.wait_s += now - waited
                 if self.first_batch_s is None:
                     self.first_batch_s = now - started
+                self.step += 1
                 yield batch
         finally:
             batches.close()

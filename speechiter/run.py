@@ -15,9 +15,11 @@ from typing import Dict, Optional
 
 from speechiter.build import build_iterators, close_all, iterators_of
 from speechiter.config import load_config
-from speechiter.dump import DumpWriter
+from speechiter.dump import DumpWriter, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.report import RunReport
+from speechiter.state import (KEY_CONFIG, KEY_EPOCH, KEY_SEED, KEY_STEP, KEY_VERSION, STATE_VERSION, check_state,
+                              fingerprint, identity, read_json, write_json_atomic)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,6 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--report", metavar="FILE", help="write a JSON summary of the run")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--distributed", action="store_true", help="run under torchrun (torch.distributed)")
+    parser.add_argument("--save_state", metavar="FILE", help="write the run's state after every train step")
+    parser.add_argument("--resume", metavar="FILE", help="continue a train run from a --save_state file")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     if args.out_type not in ("cpu", "null") and not args.out_type.startswith("cuda"):
@@ -63,6 +67,34 @@ class Run:
                                  "thread_type": args.thread_type, "out_type": args.out_type, "seed": args.seed,
                                  "ngpu": args.ngpu, "distributed": args.distributed})
         self.dump = DumpWriter(args.dump_batches, rank, args.distributed) if args.dump_batches else None
+        self.state_path = rank_path(args.save_state, rank) if args.save_state and args.distributed else args.save_state
+        self.config_fingerprint = fingerprint(dict(iterators_config(iterators)))
+
+    def resume(self, path: str):
+        """Set start_epoch / start_step from a --save_state file, after checking it fits this run."""
+        path = rank_path(path, self.rank) if self.args.distributed else path
+        state = read_json(path, "--resume")
+        expected = {KEY_VERSION: STATE_VERSION, "mode": "train", KEY_SEED: self.args.seed,
+                    KEY_CONFIG: self.config_fingerprint}
+        differences = [f"{key}: saved {state.get(key)!r}, now {value!r}" for key, value in expected.items()
+                       if state.get(key) != value]
+        if differences:
+            raise ConfigError("--resume", f"{path} was saved by a different run ({'; '.join(differences)})")
+        for name, it in iterators_of(self.iterators["train"]).items():
+            saved = state.get("iterators", {}).get(str(name))
+            check_state(saved, identity(it), f"--resume {path}: iterator {name or 'train'}")
+        self.args.start_epoch, self.args.start_step = state[KEY_EPOCH], state[KEY_STEP]
+
+    def save_state(self, epoch: int, step: int):
+        if not self.state_path:
+            return
+        iterators = iterators_of(self.iterators["train"])
+        states = {}
+        for name, it in iterators.items():
+            states[str(name)] = dict(identity(it), **{KEY_VERSION: STATE_VERSION, KEY_EPOCH: epoch, KEY_STEP: step})
+        write_json_atomic(self.state_path, {KEY_VERSION: STATE_VERSION, "mode": "train", KEY_EPOCH: epoch,
+                                            KEY_STEP: step, KEY_SEED: self.args.seed,
+                                            KEY_CONFIG: self.config_fingerprint, "iterators": states})
 
     def train(self):
         args = self.args
@@ -72,6 +104,7 @@ class Run:
             self.run_group("train", None, self.iterators["train"], epoch, start_step, prefetch_next=not last)
             if "valid" in self.iterators:
                 self.run_group("valid", None, self.iterators["valid"], epoch, 0, prefetch_next=not last)
+            self.save_state(epoch + 1, 0)
 
     def test(self):
         for set_name, value in self.iterators["test"].items():
@@ -102,6 +135,8 @@ class Run:
                     if self.dump is not None:
                         self.dump.write(group, set_name, name, epoch, task.position + 1, task.ids, batch)
                 progress.update(1)
+                if group == "train":
+                    self.save_state(epoch, start_step + offset + 1)
         finally:
             progress.close()
             for stream in streams.values():
@@ -114,6 +149,16 @@ class Run:
     def close(self):
         if self.dump is not None:
             self.dump.close()
+
+
+def iterators_config(iterators, prefix=""):
+    """(name, config fingerprint) of every iterator, for the run's fingerprint."""
+    for key, value in iterators.items():
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            yield from iterators_config(value, name)
+        else:
+            yield name, value.config_fingerprint
 
 
 def _progress(total: int, desc: str, quiet: bool):
@@ -134,6 +179,10 @@ def run(args) -> int:
                                 ngpu=args.ngpu, rank=rank, world_size=world_size)
     run_ = Run(args, iterators, rank)
     try:
+        if args.resume:
+            if mode != "train":
+                raise ConfigError("--resume", "applies to train mode")
+            run_.resume(args.resume)
         run_.train() if mode == "train" else run_.test()
     finally:
         run_.close()

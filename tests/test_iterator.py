@@ -21,8 +21,9 @@ def lengths_corpus(tmp_path):
 
 
 def make(cls, root, **conf):
+    conf.setdefault("engine", "inline")
     return cls(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(root / "idx2text")}},
-               data_len=str(root / "idx2len"), engine="inline", **conf)
+               data_len=str(root / "idx2len"), **conf)
 
 
 def flat(batches):

@@ -17,6 +17,7 @@ from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.readers import read_idx2
 from speechiter.seeding import batch_seed, stream_id
+from speechiter.state import fingerprint, view_fingerprint
 
 ENGINES = ("msequence", "inline", "torch")
 
@@ -90,6 +91,13 @@ class Iterator:
         self.rank, self.world_size = _distributed_rank(distributed, rank, world_size)
         if self.world_size > 1:
             self.batches = rank_share(self.batches, self.rank, self.world_size, self.is_descending is not False)
+        self.config_fingerprint = fingerprint({
+            "type": f"{type(self).__module__}.{type(self).__qualname__}",
+            "dataset": f"{type(self.dataset).__module__}.{type(self.dataset).__qualname__}",
+            "dataset_conf": dataset_conf, "batches_per_epoch": batches_per_epoch, "data_len": data_len,
+            "group_info": group_info, "is_descending": is_descending, "shuffle": shuffle, "ngpu": ngpu,
+            "rank": self.rank, "world_size": self.world_size, "iter_conf": iter_conf})
+        self._view_fingerprint: Optional[str] = None
         self._loader_engine = None
 
     # --- construction ----------------------------------------------------------
@@ -168,6 +176,12 @@ class Iterator:
     def __len__(self):
         """Batches per epoch."""
         return self.batches_per_epoch if self.batches_per_epoch is not None else len(self.batches)
+
+    def view_fingerprint(self) -> str:
+        """A digest of the batching view (computed once)."""
+        if self._view_fingerprint is None:
+            self._view_fingerprint = view_fingerprint(self.batches)
+        return self._view_fingerprint
 
     def get_batch_indices(self) -> List[List[str]]:
         return self.batches
