@@ -45,15 +45,16 @@ __all__ = [
     "audio_info",
     "data_num_frames",
     "resampled_length",
+    "resample",
     "close_h5_files",
 ]
 
-#: soxr quality preset used whenever audio is resampled. "HQ" (20-bit
-#: precision, flat passband to ~91% of Nyquist) resamples 22.05 kHz -> 16 kHz
-#: at roughly 0.1-0.2 ms of CPU per second of audio (several thousand times
-#: real time on one core), so it is negligible next to decoding FLAC. "VHQ"
-#: costs ~40% more; "MQ"/"LQ" save little. Resample offline (and store the
-#: result) if it ever shows in a profile.
+#: soxr quality preset used whenever audio is resampled (sample_rate and
+#: speed perturbation). "HQ" (20-bit precision, flat passband to ~91% of
+#: Nyquist) resamples 22.05 kHz -> 16 kHz at ~0.13 ms of CPU per second of
+#: audio (~7500x real time on one core), negligible next to decoding FLAC.
+#: "VHQ" costs ~35% more; "MQ"/"LQ" save <10%. Measured numbers: handbook.md,
+#: "Speech front end".
 RESAMPLE_QUALITY = "HQ"
 
 _CHUNK_SUFFIXES = (".hdf5", ".h5", ".npz")
@@ -203,9 +204,10 @@ def resampled_length(num_frames, sr_in, sr_out):
     return (2 * num_frames * sr_out + sr_in) // (2 * sr_in)
 
 
-def _resample(x, sr_in, sr_out):
+def resample(x, sr_in, sr_out):
     """Resample (T, C) float32 from sr_in to sr_out with soxr; the output has
-    exactly resampled_length(T, sr_in, sr_out) frames."""
+    exactly resampled_length(T, sr_in, sr_out) frames. Only the ratio of the
+    two (integer) rates matters, so speed perturbation passes a fraction."""
     import soxr
 
     target = resampled_length(x.shape[0], sr_in, sr_out)
@@ -255,7 +257,7 @@ def _read_audio(file, sample_rate):
     if x.shape[0] == 0:
         raise DataError(f"{file}: audio has no frames")
     if sample_rate is not None and int(sr) != int(sample_rate):
-        x = _resample(x, sr, sample_rate)
+        x = resample(x, sr, sample_rate)
     return x
 
 
@@ -320,7 +322,7 @@ def read_feat(value, sample_rate=None):
         if x.shape[0] == 0:
             raise DataError(f"{where}: dataset has no frames")
         if sample_rate is not None and stored_rate is not None and int(stored_rate) != int(sample_rate):
-            x = _resample(x, stored_rate, sample_rate)
+            x = resample(x, stored_rate, sample_rate)
         return x
     if suffix == ".npz":
         return _to_float32_2d(_load_npz_entry(file, key), value)
