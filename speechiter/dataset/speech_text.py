@@ -4,24 +4,55 @@ main_data names (at least one of ``feat`` and ``text``):
 
 - ``feat``: audio (wav, flac, ...) or features (npy, npz, ``file.npz:key``,
   ``file.hdf5:key``). Batched as float32 ``(B, T, C)``, zero-padded, with
-  ``feat_len`` (int64, ``(B,)``). Mono audio has ``C == 1``.
+  ``feat_len`` (int64, ``(B,)``). Mono audio has ``C == 1``. With
+  ``feat_conf``, mono waveforms become log-mel frames ``(B, frames, n_mels)``
+  and ``feat_len`` counts frames.
 - ``text``: transcripts, kept as a list of raw strings.
 - ``spk_ids``: speaker ids (idx2spk), a list of strings.
 - ``spk_feat``: speaker embeddings (npy or ``file.hdf5:key``), float32 ``(B, D)``.
 - ``duration``: per-token durations (space-separated numbers), float32
   ``(B, L)`` zero-padded, with ``duration_len``.
 """
-from typing import Any, Dict, List, Optional, Sequence
+import warnings
+from fractions import Fraction
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
-import soxr
 
 from speechiter.dataset.abs import Dataset, collate_values
 from speechiter.errors import ConfigError, DataError
-from speechiter.readers import RESAMPLE_QUALITY, read_feat, read_vector
+from speechiter.features import LogMel, load_feat_conf
+from speechiter.readers import read_feat, read_vector, resample, resampled_length
 from speechiter.seeding import rng
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")
+#: speed factors are used as fractions num/den with den <= this
+MAX_FACTOR_DENOMINATOR = 1000
+
+
+def speed_fraction(factor: float) -> Fraction:
+    """A speed factor as the fraction soxr resamples by (0.9 -> 9/10)."""
+    return Fraction(factor).limit_denominator(MAX_FACTOR_DENOMINATOR)
+
+
+def perturbed_length(num_samples, factor: float):
+    """Length after speed perturbation by ``factor``: exactly
+    ``round(n * den / num)`` for ``factor = num / den`` (halves round up);
+    a non-integer length (an estimate) is divided by the factor."""
+    if float(num_samples).is_integer():
+        fraction = speed_fraction(factor)
+        return resampled_length(int(num_samples), fraction.numerator, fraction.denominator)
+    return num_samples / factor
+
+
+def speed_perturb(wave: np.ndarray, factor: float) -> np.ndarray:
+    """Play ``wave`` (T, C) ``factor`` times faster (tempo and pitch, as Kaldi's
+    speed perturbation): resample it by the fraction ``factor`` with soxr, to
+    exactly ``perturbed_length(T, factor)`` frames."""
+    fraction = speed_fraction(factor)
+    if fraction == 1:
+        return wave
+    return resample(wave, fraction.numerator, fraction.denominator)
 
 
 class SpeechTextDataset(Dataset):
@@ -35,12 +66,16 @@ class SpeechTextDataset(Dataset):
             by 1/factor (Kaldi-style speed perturbation: tempo and pitch). The
             factor comes from the batch's random state (reproducible).
         perturb_range: the factors to choose from.
+        feat_conf: log-mel settings (a mapping, or a YAML file such as
+            ``config/feat/log_mel/80bin_25ms_10ms.yaml``), see
+            :class:`speechiter.features.LogMel`. None keeps waveforms.
     """
 
     path_keys = ("feat", "spk_feat")
 
     def dataset_init_fn(self, sample_rate: Optional[int] = None, use_speed_perturb: bool = False,
-                        perturb_range: Sequence[float] = (0.9, 1.0, 1.1)):
+                        perturb_range: Sequence[float] = (0.9, 1.0, 1.1),
+                        feat_conf: Union[dict, str, None] = None):
         unknown = [k for k in self.main_data if k not in KNOWN_KEYS]
         if unknown:
             raise ConfigError("main_data", f"unknown data name {unknown[0]!r}; SpeechTextDataset reads "
@@ -53,16 +88,50 @@ class SpeechTextDataset(Dataset):
         factors = list(perturb_range) if isinstance(perturb_range, (list, tuple)) else None
         if not factors or any(isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0 for f in factors):
             raise ConfigError("perturb_range", f"expected a list of positive speed factors, got {perturb_range!r}")
+        if any(speed_fraction(f) == 0 for f in factors):
+            raise ConfigError("perturb_range", f"speed factors below 1/{MAX_FACTOR_DENOMINATOR} are not "
+                                               f"supported, got {perturb_range!r}")
         self.sample_rate = sample_rate
         self.use_speed_perturb = bool(use_speed_perturb)
         self.perturb_range = [float(f) for f in factors]
+        self.feat_extractor = self._feat_extractor(feat_conf, sample_rate)
+        # audio is read at this rate (resampled if stored at another one)
+        self.read_rate = self.feat_extractor.sample_rate if self.feat_extractor else sample_rate
+
+    def _feat_extractor(self, feat_conf, sample_rate) -> Optional[LogMel]:
+        conf = load_feat_conf(feat_conf)
+        if conf is None:
+            return None
+        if "feat" not in self.main_data:
+            raise ConfigError("feat_conf", "needs waveforms in main_data.feat")
+        feat_rate = conf.get("sample_rate")
+        if sample_rate is not None and feat_rate is not None and feat_rate != sample_rate:
+            raise ConfigError("feat_conf.sample_rate", f"is {feat_rate!r} but the dataset's sample_rate is "
+                                                       f"{sample_rate}; they must match")
+        return LogMel.from_conf(conf, sample_rate)
 
     def batch_length_fn(self, length: float) -> float:
-        """With speed perturbation, budget the slowest factor: the longest
-        possible result, so a perturbed batch never exceeds batch_len."""
+        """The longest result of an utterance of ``length`` samples: with
+        speed perturbation the slowest factor's length (so a perturbed batch
+        never exceeds batch_len), then, with ``feat_conf``, its frame count."""
         if self.use_speed_perturb:
-            return length / min(self.perturb_range)
+            length = perturbed_length(length, min(self.perturb_range))
+        if self.feat_extractor is not None:
+            length = self.feat_extractor.num_frames(length)
         return length
+
+    def _intersect_ids(self) -> List[str]:
+        # Names the files that miss ids (the base names those that have extra ones).
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            common = super()._intersect_ids()
+        if caught:
+            total = len(set().union(*(d.keys() for d in self.main_data.values())))
+            detail = ", ".join(f"{total - len(d)} missing from {k} ({', '.join(self.sources[k])})"
+                               for k, d in self.main_data.items() if len(d) < total)
+            warnings.warn(f"{total - len(common)} of {total} utterances are not in every main_data file and "
+                          f"are dropped: {detail}", stacklevel=3)
+        return common
 
     def extract_main_data_fn(self, main_data: Dict[str, str]) -> Dict[str, Any]:
         uid = main_data.pop("id")
@@ -85,13 +154,19 @@ class SpeechTextDataset(Dataset):
             raise self.data_error(key, uid, e) from None
 
     def _read_feat(self, uid: str, value: str) -> np.ndarray:
-        feat = self._read("feat", uid, read_feat, value, self.sample_rate)
+        # Random draws per utterance, in this order: speed factor, dither noise (both rng()).
+        feat = self._read("feat", uid, read_feat, value, self.read_rate)
         if self.use_speed_perturb:
             factor = self.perturb_range[int(rng().integers(len(self.perturb_range)))]
-            if factor != 1.0:
-                # Playing the samples `factor` times faster = resampling to rate / factor.
-                rate = 1_000_000
-                feat = soxr.resample(feat, rate, int(round(rate / factor)), quality=RESAMPLE_QUALITY)
+            feat = speed_perturb(feat, factor)
+        if self.feat_extractor is not None:
+            if feat.shape[1] != 1:
+                raise self.data_error("feat", uid, f"feat_conf needs mono waveforms, got {feat.shape[1]} "
+                                                   f"channels")
+            if feat.shape[0] < self.feat_extractor.window_size:
+                raise self.data_error("feat", uid, f"{feat.shape[0]} samples is shorter than one frame "
+                                                   f"({self.feat_extractor.window_size} samples)")
+            feat = self.feat_extractor(feat, rng() if self.feat_extractor.dither else None)
         return feat
 
     def _parse_duration(self, uid: str, value: str) -> np.ndarray:
