@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Tuple
 
 from speechiter.sequence.fetch import Task, fetch
-from speechiter.sequence.shm import SlotRef, SlotWriter
+from speechiter.sequence.shm import SlotRef, SlotWriter, leftover_segments, unlink_segment
 
 # How often an idle worker checks that its parent is alive and that the pool
 # is not shutting down.
@@ -116,7 +116,11 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
                 msg = tasks.get(timeout=_POLL_S)
             except queue.Empty:
                 if os.getppid() != parent_pid:
-                    return  # orphaned: the main process is gone
+                    # Orphaned: the main process died without cleaning up. Each worker
+                    # sweeps the session's segments as it leaves; the last one gets all.
+                    for name in leftover_segments(prefix):
+                        unlink_segment(name)
+                    return
                 continue
             if isinstance(msg, Stop) or done.is_set():
                 return

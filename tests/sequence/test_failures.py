@@ -209,3 +209,61 @@ def test_worker_returning_cuda_tensors_is_an_error_message(monkeypatch):
     with pytest.raises(TypeError, match="must return CPU tensors"):
         writer.pack({"x": torch.empty(3, device="meta")}, SlotRef(0, None, 0))
     assert writer.pack({"s": "x", "e": np.zeros(0)}, SlotRef(0, None, 0)).slot.name is None
+
+
+ORPHAN_SCRIPT = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from speechiter.sequence import MSequence, Task
+from tests.sequence import indexers
+manager = MSequence(indexers.Sized, num_workers=2, out_type='null', dset_size=0, buffer=4)
+manager.start()
+batches = manager.iterate([Task(i, [1], None) for i in range(100)])
+next(batches)
+print(os.getpid(), ' '.join(map(str, manager.pids)), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_workers_exit_and_clean_up_when_the_main_process_dies(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import psutil
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT.format(root=root)], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == -9, proc.stderr
+    main_pid, *pids = [int(pid) for pid in proc.stdout.split()]
+    assert len(pids) == 2
+
+    def alive(pid):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    # Waiting for the orphans to notice (they poll every 0.25 s), not covering a race.
+    deadline = time.monotonic() + 10
+    while any(map(alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(alive, pids))
+    assert [name for name in os.listdir("/dev/shm") if name.startswith(f"speechiter_{main_pid}_")] == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("thread_type", THREAD_TYPES)
+def test_converter_threads_keep_order(thread_type):
+    manager = MSequence(indexers.Slow, num_workers=2, num_converters=2, thread_type=thread_type, out_type='cpu',
+                        buffer=5, dset_size=0)
+    tasks = plan(30, size=2)
+    with manager.start() as mng:
+        got = [batch["n"].tolist() for batch in mng.iterate(tasks)]
+        assert got == [task.ids for task in tasks]
+        for i, batch in enumerate(mng.iterate(tasks)):
+            if i == 5:
+                break
+    assert manager._engine is None
