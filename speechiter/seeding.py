@@ -40,10 +40,12 @@ def seeded(seed: int):
     """Run a block under the random state of one batch.
 
     Seeds Python's ``random``, numpy's global generator and torch's, and sets
-    the generator that :func:`rng` returns in this thread. After
-    :func:`isolate_thread_random`, ``random`` and ``numpy.random`` get a state
-    of their own in this thread instead of reseeding the shared one.
+    the generator that :func:`rng` returns in this thread. Once any thread
+    other than the main one enters it, :func:`isolate_thread_random` gives
+    ``random`` and ``numpy.random`` a state of their own in each thread.
     """
+    if not _isolated and threading.current_thread() is not threading.main_thread():
+        isolate_thread_random()  # a thread worker: see NOTE [ Global generators and threads ]
     previous = (getattr(_local, "generator", None), getattr(_local, "py_random", None),
                 getattr(_local, "np_random", None))
     _local.generator = np.random.default_rng(seed)
