@@ -15,7 +15,7 @@ shuffled per epoch when ``shuffle``, chunked by ``batch_size``.
 import multiprocessing
 import numbers
 import weakref
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 

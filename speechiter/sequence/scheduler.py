@@ -82,6 +82,7 @@ class _Run:
         self.entries: List[_Pending] = entries  # dispatched tasks, in order
         self.ahead: List[_Pending] = []  # dispatched lookahead tasks, in order
         self.consumed = 0
+        self.created = time.perf_counter()  # time to first batch counts from the iterate() call
 
 
 class _Engine:
@@ -100,7 +101,7 @@ class _Engine:
         """The consumer's generator. See NOTE [ Shutdown order ]."""
         stats = self.stats
         stats.update(first_batch_s=None, wait_s=0.0, batches=0)
-        started = time.perf_counter()
+        started = run.created
         try:
             for i in range(len(run.tasks)):
                 waited = time.perf_counter()
@@ -139,6 +140,7 @@ class InlineEngine(_Engine):
     def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()):
         self._check_open()
         self._run = _Run(list(tasks), (), [])
+        self.stats["prefetched"] = 0
         return self._generate(self._run)
 
     def _take(self, run, i):
@@ -203,7 +205,10 @@ class PoolEngine(_Engine):
         return self._generate(self._run)
 
     def _dispatch(self):
-        """Fill the buffer: the run's tasks first, then its lookahead."""
+        """Fill the buffer: the run's tasks first, then its lookahead.
+
+        See NOTE [ Ordering ] and NOTE [ Lookahead ].
+        """
         run = self._run
         while len(self._pending) < self._buffer:
             if len(run.entries) < len(run.tasks):
@@ -248,6 +253,10 @@ class PoolEngine(_Engine):
     # ------------------------------------------------------------- receive
 
     def _receive(self, timeout: float):
+        """Take in what workers sent within ``timeout``; raise if one died.
+
+        See NOTE [ Ordering ] (results wait in _pending) and NOTE [ Slot ownership ] in shm.py.
+        """
         messages, dead = self._pool.recv(timeout)
         for msg in messages:
             if msg.seq is None:  # the worker could not build its indexer
@@ -339,7 +348,10 @@ class PoolEngine(_Engine):
     # --------------------------------------------------------------- close
 
     def close(self):
-        """See NOTE [ Shutdown order ]. Idempotent."""
+        """End converters, then workers, then shared memory. Idempotent.
+
+        See NOTE [ Shutdown order ].
+        """
         if self.closed:
             return
         self.closed = True

@@ -213,6 +213,7 @@ class SlotWriter:
         self._maps = {}  # slot index -> (name, mmap)
 
     def _mapping(self, slot: SlotRef, needed: int):
+        # See NOTE [ Slot ownership ]: a batch that does not fit gets a new, larger segment.
         cached = self._maps.get(slot.index)
         if needed > slot.size:
             name, size = f"{self._prefix}{self._created}", _grown(needed)

@@ -196,7 +196,10 @@ class ProcPool:
                 self._open.remove(reader)
 
     def close(self, grace: float = 1.0) -> List[str]:
-        """End all workers: ask, wait ``grace`` seconds, terminate, kill. Idempotent."""
+        """End all workers: ask, wait ``grace`` seconds, terminate, kill. Idempotent.
+
+        See NOTE [ Shutdown order ] in scheduler.py.
+        """
         self._done.set()
         for tasks in self._queues:
             try:

@@ -216,7 +216,9 @@ def test_mismatched_lookahead_is_discarded():
         got = list(mng.iterate([Task(0, [2], 7), Task(1, [1], None)]))
         assert mng.stats["prefetched"] == 1
         assert [b["mib"] for b in got] == [2, 1]
-        pids = list(MSequence.__dict__)  # noqa: F841 (keeps flake quiet about unused names)
+        list(mng.iterate(sizes, lookahead=[Task(0, [2], 7)]))
+        assert [b["mib"] for b in mng.iterate([Task(0, [2], 8)])] == [2]  # another seed: not reused
+        assert mng.stats["prefetched"] == 0
     manager = MSequence(indexers.Pid, num_workers=2, out_type='null', buffer=4, dset_size=0)
     with manager.start() as mng:
         list(mng.iterate(epoch1, lookahead=guess))
