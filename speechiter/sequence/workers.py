@@ -10,6 +10,7 @@ the workers' liveness, see NOTE [ Never wait forever ] in scheduler.py.
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import queue
 import signal
 import sys
@@ -152,8 +153,13 @@ class ProcPool:
                 self._queues.append(tasks)
                 self._readers.append(reader)
                 self._procs.append(proc)
-                proc.start()
-                writer.close()
+                try:
+                    proc.start()
+                except (pickle.PicklingError, AttributeError, TypeError) as error:
+                    raise ValueError(f"worker={factory!r} cannot be sent to a {ctx.get_start_method()!r} worker "
+                                     f"process ({error}); define it at module level so that it pickles") from error
+                finally:
+                    writer.close()
         except BaseException:
             self.close()
             raise

@@ -267,3 +267,18 @@ def test_converter_threads_keep_order(thread_type):
             if i == 5:
                 break
     assert manager._engine is None
+
+
+@pytest.mark.timeout(60)
+def test_spawn_needs_a_picklable_worker():
+    class Local:
+        def __getitem__(self, ids):
+            return ids
+
+    manager = MSequence(Local, num_workers=2, out_type='null', start_method='spawn', dset_size=4)
+    with pytest.raises(ValueError, match="cannot be sent to a 'spawn' worker process .* define it at module level"):
+        manager.start()
+    # fork needs no pickling
+    manager = MSequence(Local, num_workers=2, out_type='null', start_method='fork', dset_size=4, shuffle=False)
+    with manager.start() as mng:
+        assert list(mng) == [[0, 1, 2, 3]]
