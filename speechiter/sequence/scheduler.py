@@ -41,6 +41,7 @@ leaving early (GeneratorExit) and finish() all close the engine, in this order:
 An engine also closes from a weakref.finalize on its MSequence (and at exit)
 when the user never calls finish().
 """
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -176,7 +177,7 @@ class PoolEngine(_Engine):
             self._device = torch.device(out_type)
         if num_converters:
             self._executor = ThreadPoolExecutor(num_converters, thread_name_prefix="speechiter-converter")
-            self._converters = {}
+            self._converters = threading.local()
             self._ahead = num_converters
         else:
             self._executor = None
@@ -308,28 +309,28 @@ class PoolEngine(_Engine):
     # ------------------------------------------------------------- convert
 
     def _converter(self):
-        import threading
-        ident = threading.get_ident()
-        found = self._converters.get(ident)
+        """The converter of the calling converter thread (each has its own CUDA stream)."""
+        found = getattr(self._converters, "converter", None)
         if found is None:
-            found = self._converters[ident] = Converter(self._out_type)
+            found = self._converters.converter = Converter(self._out_type)
         return found
 
-    def _convert_one(self, payload):
-        convert = self._converter() if self._executor is not None else self._convert
-        resolver = self._slots.resolver(payload.slot) if self._slots is not None else None
-        return convert(payload, resolver)
+    def _resolver(self, payload):
+        # Mapped here, in the consumer thread: converter threads only make views.
+        return self._slots.resolver(payload.slot) if self._slots is not None else None
 
     def _submit(self, p: _Pending):
         if isinstance(p.result, Done) and p.future is None:
-            p.future = self._executor.submit(self._convert_one, p.result.payload)
+            payload = p.result.payload
+            resolver = self._resolver(payload)
+            p.future = self._executor.submit(lambda: self._converter()(payload, resolver))
 
     def _take(self, run: _Run, i: int):
         p = self._wait(run, i)
         if isinstance(p.result, Failed):
             raise WorkerError(self._failure_text(p.result, p.task), p.result.exit_code) from None
         if self._executor is None:
-            batch, event = self._convert_one(p.result.payload)
+            batch, event = self._convert(p.result.payload, self._resolver(p.result.payload))
         else:
             self._submit(p)
             self._receive(0)

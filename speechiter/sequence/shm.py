@@ -286,13 +286,11 @@ class SlotTable:
         return mapped[1]
 
     def resolver(self, slot: SlotRef):
-        """A function ArrayRef -> view into ``slot`` (mapped on first use)."""
-        mapping = []
+        """A function ArrayRef -> view into ``slot``. Maps the segment now, in the calling thread."""
+        mm = self._map(slot) if slot.name is not None else None
 
         def view(ref: ArrayRef) -> np.ndarray:
-            if not mapping:
-                mapping.append(self._map(slot))
-            return np.ndarray(ref.shape, ref.dtype, buffer=mapping[0], offset=ref.offset)
+            return np.ndarray(ref.shape, ref.dtype, buffer=mm, offset=ref.offset)
 
         return view
 
