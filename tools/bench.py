@@ -1,0 +1,165 @@
+"""Benchmarks, measured side by side in one run (ratios mean more than absolute times).
+
+    python tools/bench.py                 # engines: inline, torch DataLoader, msequence proc / thread; wav and flac
+    python tools/bench.py --hdf5          # also individual files against HDF5 chunks
+    python tools/bench.py --scale [...]   # planning at 1M / 10M utterances and worker memory (tools/bench_scale.py)
+
+Engines bench: a corpus from tools/make_corpus.py (LibriSpeech-like durations,
+16 kHz), BlockIterator with 120 s of audio per batch, 2 workers, out_type cpu.
+For each engine it prints seconds of audio loaded per second of wall time in
+steady state (after a warm-up epoch), time to first batch from a cold start,
+and the epoch-boundary overhead: 20 epochs of 3 batches against one epoch of
+the same 60 batches.
+"""
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from speechiter.dataset.speech_text import SpeechTextDataset  # noqa: E402
+from speechiter.iterator.block import BlockIterator  # noqa: E402
+
+SAMPLE_RATE = 16000
+ENGINES = {  # name: Iterator settings
+    "inline": dict(engine="inline", num_workers=0),
+    "torch": dict(engine="torch"),
+    "msequence proc": dict(engine="msequence", thread_type="proc"),
+    "msequence thread": dict(engine="msequence", thread_type="thread"),
+}
+
+
+def load_tool(name):
+    spec = importlib.util.spec_from_file_location(name, REPO / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_iterator(corpus: Path, settings, workers: int, batch_seconds: float, batches_per_epoch=None):
+    return BlockIterator(dataset_type=SpeechTextDataset,
+                         dataset_conf={"main_data": {"feat": str(corpus / "idx2wav")}, "sample_rate": SAMPLE_RATE},
+                         data_len=str(corpus / "idx2wav_len"), batch_len=batch_seconds * SAMPLE_RATE,
+                         batches_per_epoch=batches_per_epoch, out_type="cpu",
+                         **{"num_workers": workers, **settings})
+
+
+def consume(loader):
+    """Iterate one loader; return (audio seconds, wall seconds, seconds to first batch)."""
+    frames, first = 0, None
+    start = time.perf_counter()
+    for batch in loader:
+        if first is None:
+            first = time.perf_counter() - start
+        frames += int(batch["feat_len"].sum())
+    return frames / SAMPLE_RATE, time.perf_counter() - start, first
+
+
+def bench_engine(corpus: Path, settings, workers: int, batch_seconds: float, epochs: int):
+    iterator = make_iterator(corpus, settings, workers, batch_seconds)
+    try:
+        _, _, cold_first = consume(iterator.build_loader(1))  # warm-up epoch, cold start
+        audio = wall = 0.0
+        for epoch in range(2, 2 + epochs):
+            a, w, _ = consume(iterator.build_loader(epoch, prefetch_next=epoch < 1 + epochs))
+            audio, wall = audio + a, wall + w
+    finally:
+        iterator.close()
+    return audio / wall, cold_first
+
+
+def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: float, short=3, count=20):
+    """Seconds for `count` epochs of `short` batches / seconds for one epoch of the same number of batches."""
+    results = []
+    for per_epoch, epochs in ((short * count, 1), (short, count)):
+        iterator = make_iterator(corpus, settings, workers, batch_seconds, batches_per_epoch=per_epoch)
+        try:
+            consume(iterator.build_loader(1, prefetch_next=True))  # start the workers
+            start = time.perf_counter()
+            for epoch in range(2, 2 + epochs):
+                consume(iterator.build_loader(epoch, prefetch_next=epoch < 1 + epochs))
+            results.append(time.perf_counter() - start)
+        finally:
+            iterator.close()
+    return results[1] / results[0]
+
+
+def run_engines(args):
+    make_corpus = load_tool("make_corpus").make_corpus
+    with tempfile.TemporaryDirectory(prefix="speechiter-bench-") as tmp:
+        print(f"corpus: {args.num} utterances, LibriSpeech-like durations, {SAMPLE_RATE} Hz; "
+              f"BlockIterator {args.batch_seconds:g} s per batch; {args.workers} workers; out_type cpu; "
+              f"{os.cpu_count()} CPUs")
+        for fmt in args.formats:
+            corpus = make_corpus(Path(tmp) / fmt, args.num, fmt=fmt, seed=0)
+            rows = {}
+            for name, settings in ENGINES.items():
+                rates, firsts = [], []
+                for _ in range(args.repeat):
+                    rate, first = bench_engine(corpus, settings, args.workers, args.batch_seconds, args.epochs)
+                    rates.append(rate)
+                    firsts.append(first)
+                rows[name] = (statistics.median(rates), statistics.median(firsts))
+            print(f"\n[{fmt}]  audio seconds loaded per second (median of {args.repeat})")
+            print(f"{'engine':<18}{'audio s/s':>11}{'x inline':>10}{'x torch':>10}{'first batch s':>15}")
+            for name, (rate, first) in rows.items():
+                print(f"{name:<18}{rate:>11.1f}{rate / rows['inline'][0]:>10.2f}{rate / rows['torch'][0]:>10.2f}"
+                      f"{first:>15.3f}")
+            if fmt == args.formats[0]:
+                print("\nepoch boundaries: 20 epochs of 3 batches / 1 epoch of 60 batches (target <= 1.1)")
+                for name in ("msequence proc", "msequence thread", "torch"):
+                    ratio = bench_epoch_boundaries(corpus, ENGINES[name], args.workers, args.batch_seconds)
+                    print(f"{name:<18}{ratio:>11.3f}")
+            if args.hdf5 and fmt == args.formats[0]:
+                run_hdf5(corpus, Path(tmp), args)
+
+
+def run_hdf5(corpus: Path, tmp: Path, args):
+    """Individual files against HDF5 chunks of the same audio (needs tools/pack_hdf5.py)."""
+    pack = REPO / "tools" / "pack_hdf5.py"
+    if not pack.exists():
+        print("\n[hdf5] tools/pack_hdf5.py is missing; skipped")
+        return
+    import subprocess
+    out = tmp / "hdf5"
+    subprocess.run([sys.executable, str(pack), str(corpus / "idx2wav"), str(out)], check=True)
+    print("\n[files vs hdf5]  audio seconds loaded per second, msequence proc")
+    for label, root in (("individual files", corpus), ("hdf5 chunks", out)):
+        rate, first = bench_engine(root, ENGINES["msequence proc"], args.workers, args.batch_seconds, args.epochs)
+        print(f"{label:<18}{rate:>11.1f}{first:>15.3f}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", action="store_true", help="run tools/bench_scale.py (other options go to it)")
+    parser.add_argument("--num", type=int, default=400, help="utterances in the corpus")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch_seconds", type=float, default=120.0)
+    parser.add_argument("--epochs", type=int, default=2, help="timed epochs after the warm-up")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--formats", nargs="+", default=["wav", "flac"], choices=["wav", "flac"])
+    parser.add_argument("--hdf5", action="store_true", help="also compare individual files with HDF5 chunks")
+    args, rest = parser.parse_known_args(argv)
+    if args.scale:
+        scale = REPO / "tools" / "bench_scale.py"
+        if not scale.exists():
+            parser.error("tools/bench_scale.py is missing")
+        sys.argv = [str(scale), *rest]
+        spec = importlib.util.spec_from_file_location("bench_scale", scale)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.main(rest) if hasattr(module, "main") else 0
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    run_engines(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
