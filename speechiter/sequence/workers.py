@@ -125,7 +125,12 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
                 continue
             if isinstance(msg, Stop) or done.is_set():
                 return
-            results.send(_build(msg, indexer, wid, writer))
+            reply = _build(msg, indexer, wid, writer)
+            try:
+                results.send(reply)
+            except (pickle.PicklingError, TypeError, AttributeError) as error:
+                # Connection.send pickles before it writes: nothing was sent.
+                results.send(_failure(msg.seq, wid, error))
     except (BrokenPipeError, EOFError, OSError, KeyboardInterrupt):
         return  # the main process closed our pipes or is gone
     finally:

@@ -282,3 +282,11 @@ def test_spawn_needs_a_picklable_worker():
     manager = MSequence(Local, num_workers=2, out_type='null', start_method='fork', dset_size=4, shuffle=False)
     with manager.start() as mng:
         assert list(mng) == [[0, 1, 2, 3]]
+
+
+@pytest.mark.timeout(60)
+def test_unpicklable_batch_is_a_worker_error():
+    manager = MSequence(indexers.Unpicklable, num_workers=1, out_type='null', dset_size=0)
+    with pytest.raises(WorkerError, match=r"raised AttributeError: Can't pickle local object"):
+        with manager.start() as mng:
+            list(mng.iterate(plan(3)))
