@@ -11,12 +11,13 @@ them into torch tensors. Subclasses override the hooks, as in SpeeChain.
 """
 import os
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from speechiter.errors import ConfigError, DataError
-from speechiter.readers import read_idx2, resolve_data_path
+from speechiter.plan import (Column, IdIndex, IdList, Idx2Table, LengthMap, decode_ids, encode_ids,
+                             read_idx2_table)
 
 SELECTION_MODES = ("order", "rev_order", "random", "min", "max", "middle", "group")
 
@@ -32,6 +33,11 @@ class Dataset:
             rule or a list of them, applied in order (see :meth:`select`).
         seed: seed of the ``random`` selection mode.
         **dataset_conf: passed to :meth:`dataset_init_fn`.
+
+    Storage is compact (see NOTE [ Compact storage ] in speechiter/plan.py):
+    ``main_data[name]`` is a read-only mapping ``{id: value}`` and
+    :meth:`get_data_index` a list-like view, both backed by numpy arrays, so
+    10M utterances load in seconds and forked workers do not copy them.
     """
 
     #: main_data names whose values are file paths; relative ones resolve
@@ -44,13 +50,16 @@ class Dataset:
             raise ConfigError("main_data", f"expected a mapping of names to idx2 files, got {main_data!r}")
         self.seed = seed
         self.sources: Dict[str, List[str]] = {}
-        self.main_data: Dict[str, Dict[str, str]] = {}
+        self.main_data: Dict[str, Mapping] = {}
         for key, files in main_data.items():
             self.sources[key], self.main_data[key] = self._read_main_data(key, files)
-        self.data_index: List[str] = self._intersect_ids()
+        self._align(encode_ids(self._intersect_ids()))
         for rule in _selection_rules(data_selection):
-            self.data_index = self.select(self.data_index, *rule)
-        self.keep_only(self.data_index)
+            if type(self).select is Dataset.select:
+                ids = self._select_array(self._index.ids, *rule)
+            else:  # a subclass's own select() gets lists
+                ids = self.select(list(self.get_data_index()), *rule)
+            self.keep_only(ids)
         self.data_len = self.data_len_register_fn(self.main_data)
         self.dataset_init_fn(**dataset_conf)
 
@@ -59,61 +68,104 @@ class Dataset:
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
         if not files:
             raise ConfigError(f"main_data.{key}", "expected an idx2 file or a list of them, got an empty list")
-        merged: Dict[str, str] = {}
-        for file in files:
-            file = os.fspath(file)
-            ids, values = read_idx2(file)
-            if key in self.path_keys:
-                values = [resolve_data_path(v, file) for v in values]
-            for uid, value in zip(ids, values):
-                if uid in merged:
-                    raise DataError(f"{file}: utterance {uid} is also listed in another {key} file "
-                                    f"({', '.join(f for f in files if f != file)})")
-                merged[uid] = value
-        return [os.fspath(f) for f in files], merged
+        files = [os.fspath(f) for f in files]
+        tables, ids = [], None
+        for number, file in enumerate(files):
+            tables.append(read_idx2_table(file))
+            if number:
+                ids = np.concatenate([ids, tables[-1].ids])
+                duplicate = IdIndex(ids).first_duplicate()
+                if duplicate >= 0:
+                    raise DataError(f"{file}: utterance {ids[duplicate].decode('utf-8')} is also listed in another "
+                                    f"{key} file ({', '.join(f for f in files if f != file)})")
+            else:
+                ids = tables[0].ids
+        index = IdIndex(ids)
+        resolve = key in self.path_keys
+        if len(tables) == 1:
+            table = tables[0]
+            return files, Column(index, [table.buffer], table.starts, table.ends, None, files, resolve)
+        file_no = np.repeat(np.arange(len(tables), dtype=np.int32), [len(t) for t in tables])
+        return files, Column(index, [t.buffer for t in tables], np.concatenate([t.starts for t in tables]),
+                             np.concatenate([t.ends for t in tables]), file_no, files, resolve)
 
-    def _intersect_ids(self) -> List[str]:
+    def _intersect_ids(self) -> IdList:
+        """The ids listed under every main_data name, in the first name's order."""
         keys = list(self.main_data)
-        first = self.main_data[keys[0]]
-        common = [uid for uid in first if all(uid in self.main_data[k] for k in keys[1:])]
-        total = len(set().union(*(d.keys() for d in self.main_data.values())))
-        if len(common) < total:
-            missing = {k: len(d) - len(common) for k, d in self.main_data.items() if len(d) > len(common)}
+        first = self.main_data[keys[0]].index
+        present = np.ones(len(first), dtype=bool)
+        for key in keys[1:]:
+            present &= self.main_data[key].index.find(first.ids) >= 0
+        common = first.ids[present]
+        sizes = {k: len(d) for k, d in self.main_data.items()}
+        if any(size > len(common) for size in sizes.values()):
+            total = len(np.unique(np.concatenate([self.main_data[k].index.ids for k in keys])))
+            missing = {k: size - len(common) for k, size in sizes.items() if size > len(common)}
             detail = ", ".join(f"{n} only in {k} ({self.sources[k][0]})" for k, n in missing.items())
             warnings.warn(f"{total - len(common)} of {total} utterances are not in every main_data file and "
                           f"are dropped: {detail}", stacklevel=3)
-        if not common:
+        if not len(common):
             raise DataError("no utterance id is common to all main_data files: "
                             + ", ".join(f"{k}: {self.sources[k]}" for k in keys))
-        return common
+        return IdList(common)
+
+    def _align(self, ids: np.ndarray):
+        """Make ``ids`` the dataset's index; every column follows its order."""
+        index = IdIndex(ids)
+        for key, column in self.main_data.items():
+            rows = column.index.find(ids)
+            if len(rows) != len(column) or not np.array_equal(rows, np.arange(len(rows))):
+                column = column.take(rows, index)
+            else:
+                column.index = index
+            self.main_data[key] = column
+        self._index = index
+
+    @property
+    def data_index(self) -> IdList:
+        return IdList(self._index.ids)
+
+    def id_array(self) -> np.ndarray:
+        """The ids in dataset order, as an ``S`` array of UTF-8 bytes."""
+        return self._index.ids
 
     def keep_only(self, ids: Sequence[str]):
-        """Restrict the dataset to ``ids`` (in that order)."""
-        keep = set(ids)
-        self.data_index = [uid for uid in ids]
+        """Restrict the dataset to ``ids`` (in that order; a list, an IdList or an S array)."""
+        ids = encode_ids(ids)
+        rows = self._index.find(ids)
+        if (rows < 0).any():
+            raise KeyError(f"keep_only: utterance {ids[int(np.argmax(rows < 0))].decode('utf-8')!r} "
+                           f"is not in the dataset")
+        if len(rows) == len(self._index) and np.array_equal(rows, np.arange(len(rows))):
+            return
+        index = IdIndex(ids)
         for key, data in self.main_data.items():
-            if len(data) != len(keep):
-                self.main_data[key] = {uid: data[uid] for uid in self.data_index if uid in keep}
+            if isinstance(data, (Column, LengthMap)):
+                self.main_data[key] = data.take(rows, index)
+            else:  # a subclass replaced it by its own mapping
+                keep = IdList(ids)
+                self.main_data[key] = {uid: data[uid] for uid in keep}
+        self._index = index
 
     def remove_data_by_index(self, index: str):
         """SpeeChain compatibility: drop one utterance."""
-        self.keep_only([uid for uid in self.data_index if uid != index])
+        self.keep_only(self._index.ids[self._index.ids != index.encode("utf-8")])
 
-    def get_data_index(self) -> List[str]:
-        return self.data_index
+    def get_data_index(self) -> IdList:
+        """The ids in dataset order: a list-like view (``list()`` it for a real list)."""
+        return IdList(self._index.ids)
 
     def __len__(self):
-        return len(self.data_index)
+        return len(self._index)
 
     def origin(self, key: str, uid: str) -> str:
         """The idx2 file that lists ``uid`` under ``key`` (for error messages)."""
-        files = self.sources[key]
-        if len(files) > 1:
-            for file in files:
-                with open(file, encoding="utf-8") as f:
-                    if any(line.split(maxsplit=1)[:1] == [uid] for line in f):
-                        return file
-        return files[0]
+        data = self.main_data.get(key)
+        if isinstance(data, Column):
+            row = data.index.find_one(uid)
+            if row >= 0:
+                return data.file_of(row)
+        return self.sources[key][0]
 
     def data_error(self, key: str, uid: str, problem: Any) -> DataError:
         """A DataError naming the utterance, its idx2 file and the problem."""
@@ -133,55 +185,69 @@ class Dataset:
           ``middle`` drops equally many from both ends; ``group`` keeps the
           utterances whose label is ``number`` (a string or a list of strings).
         """
+        return decode_ids(self._select_array(encode_ids(data_index), mode, number, meta_file))
+
+    def _select_array(self, ids: np.ndarray, mode: str, number, meta_file: Optional[str] = None) -> np.ndarray:
         where = f"data_selection [{mode}, {number}{', ' + str(meta_file) if meta_file else ''}]"
         if mode not in SELECTION_MODES:
             raise ConfigError(where, f"unknown mode {mode!r}; expected one of {', '.join(SELECTION_MODES)}")
         if meta_file is None:
             if mode not in ("order", "rev_order", "random"):
                 raise ConfigError(where, f"mode {mode!r} needs a metadata file as third element")
-            count = _selection_count(number, len(data_index), where)
+            count = _selection_count(number, len(ids), where)
             if mode == "order":
-                return data_index[:count]
+                return ids[:count]
             if mode == "rev_order":
-                return data_index[len(data_index) - count:]
-            chosen = np.random.default_rng(self.seed).choice(len(data_index), size=count, replace=False)
-            return [data_index[i] for i in np.sort(chosen)]
+                return ids[len(ids) - count:]
+            chosen = np.random.default_rng(self.seed).choice(len(ids), size=count, replace=False)
+            return ids[np.sort(chosen)]
 
         if mode in ("order", "rev_order", "random"):
             raise ConfigError(where, f"mode {mode!r} takes no metadata file")
-        meta_ids, meta_values = read_idx2(meta_file)
-        meta = dict(zip(meta_ids, meta_values))
-        present = [uid for uid in data_index if uid in meta]
-        if len(present) < len(data_index):
-            warnings.warn(f"{len(data_index) - len(present)} utterances have no entry in {meta_file} and are "
+        table = read_idx2_table(meta_file)
+        rows = IdIndex(table.ids).find(ids)
+        found = rows >= 0
+        if not found.all():
+            warnings.warn(f"{int((~found).sum())} utterances have no entry in {meta_file} and are "
                           f"dropped by data_selection", stacklevel=3)
+        present, rows = ids[found], rows[found]
+        meta = Column(IdIndex(table.ids), [table.buffer], table.starts, table.ends, None, [meta_file])
         if mode == "group":
-            groups = {str(g) for g in (number if isinstance(number, (list, tuple)) else [number])}
-            return [uid for uid in present if meta[uid] in groups]
+            groups = [str(g).encode("utf-8") for g in (number if isinstance(number, (list, tuple)) else [number])]
+            return present[np.isin(meta.take(rows).raw_values(), np.array(groups, dtype="S"))]
         try:
-            values = {uid: float(meta[uid]) for uid in present}
-        except ValueError as e:
-            raise DataError(f"{meta_file}: mode {mode!r} needs numeric values ({e})") from None
-        by_value = sorted(present, key=lambda uid: values[uid])
+            values = Idx2Table(meta_file, present, table.buffer, table.starts[rows], table.ends[rows]).numbers()
+        except DataError:  # some line of meta_file is not a number: name the first one we use
+            values = []
+            for value in meta.take(rows).raw_values().tolist():
+                try:
+                    values.append(float(value.decode("utf-8")))
+                except ValueError as e:
+                    raise DataError(f"{meta_file}: mode {mode!r} needs numeric values ({e})") from None
+            values = np.asarray(values, dtype=np.float64)
+        by_value = np.argsort(values, kind="stable")
         if isinstance(number, str):
             if mode == "middle":
                 raise ConfigError(where, "mode 'middle' takes a count, not a threshold string")
             threshold = _float(number, where)
-            keep = {uid for uid in present if (values[uid] <= threshold if mode == "min" else values[uid] >= threshold)}
+            keep = values <= threshold if mode == "min" else values >= threshold
         else:
             count = _selection_count(number, len(present), where)
             if mode == "min":
-                keep = set(by_value[:count])
+                chosen = by_value[:count]
             elif mode == "max":
-                keep = set(by_value[len(by_value) - count:])
+                chosen = by_value[len(by_value) - count:]
             else:
                 cut = (len(by_value) - count) // 2
-                keep = set(by_value[cut:cut + count])
-        return [uid for uid in present if uid in keep]
+                chosen = by_value[cut:cut + count]
+            keep = np.zeros(len(present), dtype=bool)
+            keep[chosen] = True
+        return present[keep]
 
     # --- hooks -----------------------------------------------------------------
-    def data_len_register_fn(self, main_data: Dict[str, Dict[str, str]]) -> Optional[Dict[str, float]]:
-        """Hook: lengths known from the data itself, or None (then give ``data_len`` files)."""
+    def data_len_register_fn(self, main_data: Dict[str, Mapping]) -> Optional[Dict[str, float]]:
+        """Hook: lengths known from the data itself (``{id: length}``), or None
+        (then give ``data_len`` files). ``main_data[name]`` maps ids to values."""
         return None
 
     def batch_length_fn(self, length: float) -> float:
@@ -189,6 +255,8 @@ class Dataset:
 
         Batching budgets use it, so a dataset that changes lengths (speed
         perturbation, samples to feature frames) keeps ``batch_len`` valid.
+        It is tried once on the array of all lengths; if it does not work
+        element-wise there, it is called per utterance.
         """
         return length
 
@@ -213,7 +281,11 @@ class Dataset:
 
     # --- batch building --------------------------------------------------------
     def __getitem__(self, uid: str) -> Dict[str, Any]:
-        main_data = {key: data[uid] for key, data in self.main_data.items()}
+        row = self._index.find_one(uid)
+        if row < 0:
+            raise KeyError(uid)
+        main_data = {key: data.value(row) if isinstance(data, Column) and data.index is self._index else data[uid]
+                     for key, data in self.main_data.items()}
         main_data["id"] = uid
         return self.extract_main_data_fn(main_data)
 

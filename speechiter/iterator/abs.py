@@ -15,7 +15,9 @@ import numpy as np
 
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
-from speechiter.readers import read_idx2
+from speechiter.plan import (BatchView, Column, IdIndex, IdList, LengthMap, SortedIds, batch_lengths,
+                             batches_from_bounds, decode_ids, encode_ids, is_vectorised, read_idx2_numbers,
+                             read_idx2_table, vectorised)
 from speechiter.seeding import batch_seed, stream_id
 from speechiter.state import fingerprint, view_fingerprint
 
@@ -102,59 +104,114 @@ class Iterator:
 
     # --- construction ----------------------------------------------------------
     def _load_data_len(self, data_len) -> Optional[Dict[str, float]]:
+        """Lengths after the dataset's batch_length_fn, for every kept id.
+
+        A compact LengthMap for the built-in batches_generate_fn (see
+        NOTE [ Compact storage ] in speechiter/plan.py), a dict for a
+        subclass's own.
+        """
+        ids = self.dataset.id_array()
         if data_len is None:
-            lengths = self.dataset.data_len
-            if lengths is None:
+            registered = self.dataset.data_len
+            if registered is None:
                 return None
-            return {uid: self.dataset.batch_length_fn(lengths[uid]) for uid in self.dataset.get_data_index()}
-        files = [data_len] if isinstance(data_len, str) else list(data_len)
-        lengths: Dict[str, float] = {}
-        for file in files:
-            ids, values = read_idx2(file, float)
-            for uid, value in zip(ids, values):
-                if uid in lengths:
-                    raise DataError(f"{file}: utterance {uid} has a length in more than one data_len file")
-                lengths[uid] = int(value) if float(value).is_integer() else value
-        ids = self.dataset.get_data_index()
-        missing = [uid for uid in ids if uid not in lengths]
-        if missing:
-            warnings.warn(f"{len(missing)} of {len(ids)} utterances have no length in {', '.join(files)} and are "
-                          f"dropped (first: {missing[0]})", stacklevel=3)
-            self.dataset.keep_only([uid for uid in ids if uid in lengths])
-            if not self.dataset.get_data_index():
-                raise DataError(f"no utterance of the dataset has a length in {', '.join(files)}")
-        return {uid: self.dataset.batch_length_fn(lengths[uid]) for uid in self.dataset.get_data_index()}
+            values = np.array([registered[uid] for uid in IdList(ids)], dtype=np.float64)
+        else:
+            files = [data_len] if isinstance(data_len, str) else list(data_len)
+            file_ids, file_values = read_idx2_numbers(files[0])
+            for file in files[1:]:
+                more_ids, more_values = read_idx2_numbers(file)
+                file_ids = np.concatenate([file_ids, more_ids])
+                file_values = np.concatenate([file_values, more_values])
+                duplicate = IdIndex(file_ids).first_duplicate()
+                if duplicate >= 0:
+                    raise DataError(f"{file}: utterance {file_ids[duplicate].decode('utf-8')} has a length in more "
+                                    f"than one data_len file")
+            rows = IdIndex(file_ids).find(ids)
+            missing = rows < 0
+            if missing.any():
+                warnings.warn(f"{int(missing.sum())} of {len(ids)} utterances have no length in {', '.join(files)} "
+                              f"and are dropped (first: {ids[int(np.argmax(missing))].decode('utf-8')})",
+                              stacklevel=3)
+                if missing.all():
+                    raise DataError(f"no utterance of the dataset has a length in {', '.join(files)}")
+                self.dataset.keep_only(ids[~missing])
+                ids, rows = self.dataset.id_array(), rows[~missing]
+            values = file_values[rows]
+        lengths = LengthMap(IdIndex(ids), batch_lengths(self.dataset, values, Dataset.batch_length_fn))
+        return lengths if is_vectorised(self) else lengths.to_dict()
 
     def _load_group_info(self, group_info) -> Optional[Dict[str, Dict[str, str]]]:
+        """``{group: {id: label}}`` (read-only mappings); ids without an entry
+        in every group are dropped with a warning. Later files of a group
+        override earlier ones."""
         if group_info is None:
             return None
         if not isinstance(group_info, dict):
             raise ConfigError("group_info", f"expected a mapping of group names to idx2 files, got {group_info!r}")
-        info: Dict[str, Dict[str, str]] = {}
+        ids = self.dataset.id_array()
+        kept = np.ones(len(ids), dtype=bool)
+        found = {}
         for group, files in group_info.items():
-            info[group] = {}
-            for file in [files] if isinstance(files, str) else list(files):
-                ids, values = read_idx2(file)
-                info[group].update(zip(ids, values))
-        ids = self.dataset.get_data_index()
-        kept = [uid for uid in ids if all(uid in values for values in info.values())]
-        if len(kept) < len(ids):
-            warnings.warn(f"{len(ids) - len(kept)} of {len(ids)} utterances have no group_info entry and are "
+            files = [files] if isinstance(files, str) else list(files)
+            tables = [read_idx2_table(file) for file in files]
+            file_no = np.full(len(ids), -1, dtype=np.int32)
+            rows = np.full(len(ids), -1, dtype=np.int64)
+            for number in range(len(tables) - 1, -1, -1):
+                hit = (IdIndex(tables[number].ids).find(ids) if len(tables[number]) else rows)
+                new = (file_no < 0) & (hit >= 0)
+                file_no[new], rows[new] = number, hit[new]
+            found[group] = (files, tables, file_no, rows)
+            kept &= file_no >= 0
+        if not kept.all():
+            warnings.warn(f"{int((~kept).sum())} of {len(ids)} utterances have no group_info entry and are "
                           f"dropped", stacklevel=3)
-            self.dataset.keep_only(kept)
+            self.dataset.keep_only(ids[kept])
             if self.data_len is not None:
-                self.data_len = {uid: self.data_len[uid] for uid in kept}
-        return {group: {uid: values[uid] for uid in kept} for group, values in info.items()}
+                if isinstance(self.data_len, LengthMap):
+                    self.data_len = self.data_len.take(np.flatnonzero(kept))
+                else:
+                    self.data_len = {uid: self.data_len[uid] for uid in IdList(ids[kept])}
+        index = IdIndex(ids[kept])
+        info = {}
+        for group, (files, tables, file_no, rows) in found.items():
+            file_no, rows = file_no[kept], rows[kept]
+            starts = np.concatenate([t.starts for t in tables])
+            ends = np.concatenate([t.ends for t in tables])
+            offsets = np.cumsum([0] + [len(t) for t in tables])[:-1]
+            flat = offsets[file_no] + rows
+            info[group] = Column(index, [t.buffer for t in tables], starts[flat], ends[flat], file_no, files)
+        return info
 
     def _sort(self, ids: List[str]) -> List[str]:
-        if self.data_len is None or self.is_descending is None:
-            return list(ids)
-        by_id = sorted(ids)
-        lengths = np.array([self.data_len[uid] for uid in by_id], dtype=np.float64)
-        order = np.argsort(-lengths if self.is_descending else lengths, kind="stable")
-        return [by_id[i] for i in order]
+        """By length, longest first (or shortest first), ties in id order; or
+        the dataset order. SortedIds (with the lengths) for the built-in
+        batches_generate_fn, a list for a subclass's own."""
+        array = encode_ids(ids)
+        lengths = None
+        if self.data_len is not None:
+            if isinstance(self.data_len, LengthMap) and np.array_equal(self.data_len.index.ids, array):
+                lengths = self.data_len.values
+            else:
+                lengths = np.array([self.data_len[uid] for uid in IdList(array)], dtype=np.float64)
+            if self.is_descending is not None:
+                by_id = IdIndex(array).id_order()
+                by_id = np.arange(len(array)) if by_id is None else by_id
+                keys = lengths[by_id]
+                order = by_id[np.argsort(-keys if self.is_descending else keys, kind="stable")]
+                array, lengths = array[order], lengths[order]
+        if is_vectorised(self):
+            return SortedIds(array, lengths)
+        return decode_ids(array)
 
     def _check_batches(self):
+        if isinstance(self.batches, BatchView):
+            if not len(self.batches):
+                raise DataError(f"{self.name}: the batching view is empty")
+            if not (self.batches.sizes() > 0).all():
+                raise ConfigError("type", f"{type(self).__name__}.batches_generate_fn must return a list of "
+                                          f"non-empty lists of ids")
+            return
         if not isinstance(self.batches, list) or not all(isinstance(b, list) and b for b in self.batches):
             raise ConfigError("type", f"{type(self).__name__}.batches_generate_fn must return a list of "
                                       f"non-empty lists of ids")
@@ -162,6 +219,7 @@ class Iterator:
             raise DataError(f"{self.name}: the batching view is empty")
 
     # --- the hook --------------------------------------------------------------
+    @vectorised
     def batches_generate_fn(self, data_index: List[str], data_len: Optional[Dict[str, float]],
                             batch_size: Optional[int] = None) -> List[List[str]]:
         """Hook: the batching view, a list of batches of ids.
@@ -170,7 +228,8 @@ class Iterator:
         have fewer); the default batch_size is ngpu, one utterance per GPU.
         """
         batch_size = self.ngpu if batch_size is None else _positive_int(batch_size, "batch_size")
-        return [data_index[i:i + batch_size] for i in range(0, len(data_index), batch_size)]
+        bounds = np.append(np.arange(0, len(data_index), batch_size), len(data_index))
+        return batches_from_bounds(data_index, bounds if len(data_index) else bounds[:1])
 
     # --- per-epoch plan --------------------------------------------------------
     def __len__(self):
@@ -189,9 +248,18 @@ class Iterator:
     def get_group_info(self) -> Optional[Dict[str, Dict[str, str]]]:
         return self.group_info
 
+    def epoch_view(self, epoch: int) -> List[List[str]]:
+        """The batching view of ``epoch`` (before clipping and shuffling).
+
+        The same every epoch here; an iterator whose batches change per epoch
+        (bucket.BucketIterator) overrides it, deterministically in (seed, epoch)
+        and with the same number of batches every epoch.
+        """
+        return self.batches
+
     def epoch_batches(self, epoch: int) -> List[List[str]]:
         """The epoch's full plan: the clipped, shuffled batching view."""
-        batches = clip_batches(self.batches, self.batches_per_epoch, epoch)
+        batches = clip_batches(self.epoch_view(epoch), self.batches_per_epoch, epoch)
         if self.shuffle:
             order = np.random.RandomState(epoch + self.seed).permutation(len(batches))
             batches = [batches[i] for i in order]
@@ -251,15 +319,29 @@ def clip_batches(batches: List[List[str]], batches_per_epoch: Optional[int], epo
     """
     total = len(batches)
     if batches_per_epoch is None or batches_per_epoch == total:
-        return list(batches)
+        return batches if isinstance(batches, BatchView) else list(batches)
     cursor = (batches_per_epoch * (epoch - 1)) % total
+    if isinstance(batches, BatchView):
+        return batches.take((cursor + np.arange(batches_per_epoch)) % total)
     return [batches[(cursor + i) % total] for i in range(batches_per_epoch)]
 
 
 def make_divisible(batches: List[List[str]], ngpu: int) -> List[List[str]]:
     """SpeeChain's ngpu rule: move each batch's remainder (size % ngpu) to the
     front of the next batch; what is left after the last batch becomes a
-    batch of its own."""
+    batch of its own.
+
+    The ids keep their order; only the cuts move: after batch i the cut is at
+    ``cum_i - cum_i % ngpu`` (cum_i: utterances up to batch i), which is how
+    the BatchView form computes it.
+    """
+    if isinstance(batches, BatchView):
+        cum = np.cumsum(batches.sizes())
+        cuts = np.unique(cum - cum % ngpu)
+        cuts = cuts[cuts > 0]
+        total = len(batches.ids)
+        tail = [total] if not len(cuts) or cuts[-1] != total else []
+        return BatchView(batches.ids, np.concatenate([[0], cuts, tail]).astype(np.int64))
     result, carry = [], []
     for batch in batches:
         batch = carry + list(batch)
@@ -283,6 +365,16 @@ def rank_share(batches: List[List[str]], rank: int, world_size: int, descending:
     batch's last utterance again. These are the only repeated utterances.
     """
     start = world_size - rank - 1 if descending else rank
+    if isinstance(batches, BatchView):
+        sizes = batches.sizes()
+        within = np.arange(len(batches.ids)) - np.repeat(batches.bounds[:-1], sizes)
+        take = (within >= start) & ((within - start) % world_size == 0)
+        rows = np.flatnonzero(take)
+        counts = np.bincount(np.repeat(np.arange(len(sizes)), sizes)[rows], minlength=len(sizes))
+        rows = np.sort(np.concatenate([rows, batches.bounds[1:][counts == 0] - 1]))
+        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(np.maximum(counts, 1), out=bounds[1:])
+        return BatchView(batches.ids[rows], bounds)
     return [batch[start::world_size] or [batch[-1]] for batch in batches]
 
 

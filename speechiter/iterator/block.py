@@ -1,8 +1,12 @@
 """BlockIterator: batches with about the same total length ("rectangles of similar area")."""
+from bisect import bisect_right
 from typing import Dict, List, Optional
+
+import numpy as np
 
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator, positive_number
+from speechiter.plan import batches_from_bounds, lengths_of, vectorised
 
 
 class BlockIterator(Iterator):
@@ -17,6 +21,7 @@ class BlockIterator(Iterator):
     batch never exceeds the budget, which is what a GPU memory budget needs.
     """
 
+    @vectorised
     def batches_generate_fn(self, data_index: List[str], data_len: Optional[Dict[str, float]],
                             batch_len: float = None) -> List[List[str]]:
         if batch_len is None:
@@ -25,18 +30,43 @@ class BlockIterator(Iterator):
         if data_len is None:
             raise ConfigError("data_len", "BlockIterator needs utterance lengths: give data_len (an idx2 length "
                                           "file such as idx2wav_len) or use a dataset that registers them")
-        return block_batches(data_index, [data_len[uid] for uid in data_index], batch_len)
+        return batches_from_bounds(data_index, block_bounds(lengths_of(data_index, data_len), batch_len))
+
+
+def block_bounds(lengths: np.ndarray, batch_len: float) -> np.ndarray:
+    """Batch offsets of the block rule over ``lengths`` in order.
+
+    Whole lengths (the usual sample or frame counts): one binary search per
+    batch in the exact running sums. Fractional lengths: the rule itself,
+    summing in the same order as a plain Python loop would (same rounding).
+    """
+    lengths = np.asarray(lengths, dtype=np.float64)
+    count = len(lengths)
+    cum = np.concatenate([[0.0], np.cumsum(lengths)])
+    if count and (lengths == np.floor(lengths)).all() and cum[-1] < 2.0 ** 52 and lengths.min() >= 0:
+        sums = cum.tolist()
+        bounds, start = [0], 0
+        while start < count:
+            end = bisect_right(sums, sums[start] + batch_len, start + 1) - 1
+            while end < count and sums[end + 1] - sums[start] <= batch_len:
+                end += 1  # guard against rounding of sums[start] + batch_len
+            while end > start + 1 and sums[end] - sums[start] > batch_len:
+                end -= 1
+            end = max(end, start + 1)
+            bounds.append(end)
+            start = end
+        return np.array(bounds, dtype=np.int64)
+    bounds, total = [0], 0
+    for position, length in enumerate(lengths.tolist()):
+        if position > bounds[-1] and total + length > batch_len:
+            bounds.append(position)
+            total = 0
+        total += length
+    if count:
+        bounds.append(count)
+    return np.array(bounds, dtype=np.int64)
 
 
 def block_batches(ids: List[str], lengths: List[float], batch_len: float) -> List[List[str]]:
     """The block rule on ids in order (see BlockIterator)."""
-    batches, current, total = [], [], 0
-    for uid, length in zip(ids, lengths):
-        if current and total + length > batch_len:
-            batches.append(current)
-            current, total = [], 0
-        current.append(uid)
-        total += length
-    if current:
-        batches.append(current)
-    return batches
+    return batches_from_bounds(list(ids), block_bounds(np.asarray(lengths, dtype=np.float64), batch_len))
