@@ -123,6 +123,11 @@ class MSequence:
         return self._stats
 
     @property
+    def running(self) -> bool:
+        """Whether started and not finished (an error or leaving a loop early finishes)."""
+        return self._engine is not None and not self._engine.closed
+
+    @property
     def pids(self):
         """Process ids of the worker processes (empty unless started with thread_type='proc')."""
         pool = getattr(self._engine, "_pool", None)

@@ -132,7 +132,7 @@ def test_generator_close_finishes(thread_type):
     batches = manager.iterate(plan(40))
     next(batches)
     batches.close()
-    assert manager._engine.closed
+    assert manager._engine.closed and not manager.running
     with pytest.raises(RuntimeError, match="finished"):
         list(manager.iterate(plan(3)))
 
@@ -175,7 +175,9 @@ def test_finish_is_idempotent_and_restart_works():
     manager = MSequence(indexers.Slow, num_workers=2, out_type='null', dset_size=10, batch_size=3,
                         shuffle=False)
     manager.finish()
+    assert not manager.running
     with manager.start() as mng:
+        assert mng.running
         assert [b["n"].tolist() for b in mng] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
         mng.start()  # interrupts the running one and starts anew
         first = mng.pids
