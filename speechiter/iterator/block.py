@@ -1,5 +1,4 @@
 """BlockIterator: batches with about the same total length ("rectangles of similar area")."""
-from bisect import bisect_right
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -44,17 +43,24 @@ def block_bounds(lengths: np.ndarray, batch_len: float) -> np.ndarray:
     count = len(lengths)
     cum = np.concatenate([[0.0], np.cumsum(lengths)])
     if count and (lengths == np.floor(lengths)).all() and cum[-1] < 2.0 ** 52 and lengths.min() >= 0:
-        sums = cum.tolist()
+        # NOTE [ Block rule by jumps ]: from each start i, the batch ends at the
+        # largest e with cum[e] - cum[i] <= batch_len (at least i + 1); whole
+        # sums are exact, so all ends come from one searchsorted, and the
+        # batches are the chain 0 -> end(0) -> end(end(0)) ...
+        starts = np.arange(count)
+        ends = np.maximum(np.searchsorted(cum, cum[:-1] + batch_len, side="right") - 1, starts + 1)
+        over = (ends > starts + 1) & (cum[ends] - cum[:-1] > batch_len)
+        under = (ends < count) & (cum[np.minimum(ends + 1, count)] - cum[:-1] <= batch_len)
+        for start in np.flatnonzero(over | under).tolist():  # rounding of cum[i] + batch_len
+            end = start + 1
+            while end < count and cum[end + 1] - cum[start] <= batch_len:
+                end += 1
+            ends[start] = end
+        jumps = ends.tolist()
         bounds, start = [0], 0
         while start < count:
-            end = bisect_right(sums, sums[start] + batch_len, start + 1) - 1
-            while end < count and sums[end + 1] - sums[start] <= batch_len:
-                end += 1  # guard against rounding of sums[start] + batch_len
-            while end > start + 1 and sums[end] - sums[start] > batch_len:
-                end -= 1
-            end = max(end, start + 1)
-            bounds.append(end)
-            start = end
+            start = jumps[start]
+            bounds.append(start)
         return np.array(bounds, dtype=np.int64)
     bounds, total = [0], 0
     for position, length in enumerate(lengths.tolist()):
