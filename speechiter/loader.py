@@ -114,7 +114,9 @@ class _SequenceEngine:
         self.started = False
 
     def iterate(self, tasks, lookahead=()):
-        if not self.started:
+        # Leaving a loop early finishes the sequence (no workers outlive an
+        # abandoned epoch); the next epoch starts it again.
+        if not self.started or not self.sequence.running:
             if self.in_process:
                 self.sequence.start_test("default")
             else:

@@ -216,3 +216,24 @@ def test_missing_config_file_and_bad_group_combination(tmp_path):
 def test_debug_shows_the_traceback(tmp_path):
     result = run_cli("--data_cfg", tmp_path / "nope.yaml", "--debug")
     assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("settings", [dict(num_workers=2), dict(num_workers=2, thread_type="thread"),
+                                      dict(num_workers=0), dict(engine="torch", num_workers=2)])
+def test_leaving_an_epoch_early_then_continuing(tmp_path, corpus, settings):
+    import psutil
+
+    import speechiter
+    from speechiter.dump import checksum
+    cfg = write_cfg(tmp_path, corpus)
+    iterators = speechiter.build_iterators(speechiter.load_config(cfg), groups=("test",), **settings)
+    iterator = iterators["test"]["clean"]
+    try:
+        expected = [checksum(b) for b in iterator.build_loader(epoch=2)]
+        for batch in iterator.build_loader(epoch=1):
+            break
+        assert [checksum(b) for b in iterator.build_loader(epoch=2)] == expected
+    finally:
+        speechiter.build.close_all(iterators)
+    assert psutil.Process().children() == []
