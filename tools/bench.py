@@ -7,7 +7,8 @@
 Engines bench: a corpus from tools/make_corpus.py (LibriSpeech-like durations,
 16 kHz), BlockIterator with 120 s of audio per batch, 2 workers, out_type cpu.
 For each engine it prints seconds of audio loaded per second of wall time in
-steady state (after a warm-up epoch), time to first batch from a cold start,
+steady state (the median over epochs run interleaved, one epoch of each engine
+in turn, after a warm-up epoch), time to first batch from a cold start,
 and the epoch-boundary overhead: 20 epochs of 3 batches against one epoch of
 the same 60 batches.
 """
@@ -61,17 +62,26 @@ def consume(loader):
     return frames / SAMPLE_RATE, time.perf_counter() - start, first
 
 
-def bench_engine(corpus: Path, settings, workers: int, batch_seconds: float, epochs: int):
-    iterator = make_iterator(corpus, settings, workers, batch_seconds)
+def bench_engines(corpus: Path, workers: int, batch_seconds: float, epochs: int):
+    """Rates of every engine, measured interleaved: one epoch of each in turn,
+    so that load from elsewhere on a shared machine hits them alike.
+
+    Returns {engine: (median audio s/s over the timed epochs, cold-start seconds to first batch)}.
+    """
+    iterators = {name: make_iterator(corpus, settings, workers, batch_seconds) for name, settings in ENGINES.items()}
+    rates = {name: [] for name in ENGINES}
+    firsts = {}
     try:
-        _, _, cold_first = consume(iterator.build_loader(1))  # warm-up epoch, cold start
-        audio = wall = 0.0
+        for name, iterator in iterators.items():  # warm-up epoch (worker start, page cache): time to first batch
+            firsts[name] = consume(iterator.build_loader(1))[2]
         for epoch in range(2, 2 + epochs):
-            a, w, _ = consume(iterator.build_loader(epoch, prefetch_next=epoch < 1 + epochs))
-            audio, wall = audio + a, wall + w
+            for name, iterator in iterators.items():
+                audio, wall, _ = consume(iterator.build_loader(epoch, prefetch_next=epoch < 1 + epochs))
+                rates[name].append(audio / wall)
     finally:
-        iterator.close()
-    return audio / wall, cold_first
+        for iterator in iterators.values():
+            iterator.close()
+    return {name: (statistics.median(rates[name]), firsts[name]) for name in ENGINES}
 
 
 def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: float, short=3, count=20):
@@ -98,15 +108,8 @@ def run_engines(args):
               f"{os.cpu_count()} CPUs")
         for fmt in args.formats:
             corpus = make_corpus(Path(tmp) / fmt, args.num, fmt=fmt, seed=0)
-            rows = {}
-            for name, settings in ENGINES.items():
-                rates, firsts = [], []
-                for _ in range(args.repeat):
-                    rate, first = bench_engine(corpus, settings, args.workers, args.batch_seconds, args.epochs)
-                    rates.append(rate)
-                    firsts.append(first)
-                rows[name] = (statistics.median(rates), statistics.median(firsts))
-            print(f"\n[{fmt}]  audio seconds loaded per second (median of {args.repeat})")
+            rows = bench_engines(corpus, args.workers, args.batch_seconds, args.epochs)
+            print(f"\n[{fmt}]  audio seconds loaded per second (median of {args.epochs} interleaved epochs)")
             print(f"{'engine':<18}{'audio s/s':>11}{'x inline':>10}{'x torch':>10}{'first batch s':>15}")
             for name, (rate, first) in rows.items():
                 print(f"{name:<18}{rate:>11.1f}{rate / rows['inline'][0]:>10.2f}{rate / rows['torch'][0]:>10.2f}"
@@ -131,7 +134,7 @@ def run_hdf5(corpus: Path, tmp: Path, args):
     subprocess.run([sys.executable, str(pack), str(corpus / "idx2wav"), str(out)], check=True)
     print("\n[files vs hdf5]  audio seconds loaded per second, msequence proc")
     for label, root in (("individual files", corpus), ("hdf5 chunks", out)):
-        rate, first = bench_engine(root, ENGINES["msequence proc"], args.workers, args.batch_seconds, args.epochs)
+        rate, first = bench_engines(root, args.workers, args.batch_seconds, args.epochs)["msequence proc"]
         print(f"{label:<18}{rate:>11.1f}{first:>15.3f}")
 
 
@@ -141,8 +144,7 @@ def main(argv=None):
     parser.add_argument("--num", type=int, default=400, help="utterances in the corpus")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch_seconds", type=float, default=120.0)
-    parser.add_argument("--epochs", type=int, default=2, help="timed epochs after the warm-up")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=5, help="timed epochs of each engine after the warm-up")
     parser.add_argument("--formats", nargs="+", default=["wav", "flac"], choices=["wav", "flac"])
     parser.add_argument("--hdf5", action="store_true", help="also compare individual files with HDF5 chunks")
     args, rest = parser.parse_known_args(argv)
