@@ -1,0 +1,80 @@
+"""A look at a batching plan: utterances per batch against the longest, and padding per batch.
+
+    summary = plot_iterator(iterator, "plan.png")    # the epoch-1 plan
+    summary = plot_batches(batches, lengths, "plan.png")
+
+Drawing needs matplotlib (the ``plot`` extra); without it only the one-line
+summary is returned (and printed), and nothing is written.
+"""
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+
+def summarize(batches: Sequence[Sequence[str]], lengths: Optional[Mapping[str, float]]) -> dict:
+    """Batches, utterances, padding efficiency (real / padded frames) and batch sizes."""
+    sizes = np.array([len(b) for b in batches], dtype=np.int64)
+    stats = {"batches": len(sizes), "utterances": int(sizes.sum()), "min_batch": int(sizes.min()) if len(sizes) else 0,
+             "mean_batch": float(sizes.mean()) if len(sizes) else 0.0, "max_batch": int(sizes.max(initial=0)),
+             "padding_efficiency": None, "longest": None, "real": None, "padded": None}
+    if lengths is not None and len(sizes):
+        values = [np.array([lengths[u] for u in b], dtype=np.float64) for b in batches]
+        stats["longest"] = np.array([v.max() for v in values])
+        stats["real"] = np.array([v.sum() for v in values])
+        stats["padded"] = stats["longest"] * sizes
+        stats["padding_efficiency"] = float(stats["real"].sum() / stats["padded"].sum())
+    return stats
+
+
+def summary_line(stats: dict) -> str:
+    padding = ("padding efficiency n/a (no lengths)" if stats["padding_efficiency"] is None
+               else f"padding efficiency {100 * stats['padding_efficiency']:.2f}%")
+    return (f"{stats['batches']} batches, {stats['utterances']} utterances, {padding}, batch size "
+            f"min/mean/max {stats['min_batch']}/{stats['mean_batch']:.1f}/{stats['max_batch']}")
+
+
+def plot_batches(batches: Sequence[Sequence[str]], lengths: Optional[Mapping[str, float]], path,
+                 title: Optional[str] = None) -> str:
+    """Draw the plan into ``path`` (any matplotlib format) and return the summary line.
+
+    Left: utterances per batch against the batch's longest utterance. Right:
+    padded frames per batch (real part and padding), in plan order.
+    """
+    stats = summarize(batches, lengths)
+    line = summary_line(stats)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"{line} (matplotlib not installed: no plot)")
+        return line
+    sizes = np.array([len(b) for b in batches])
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    if stats["longest"] is not None:
+        left.scatter(stats["longest"], sizes, s=4, alpha=0.5)
+        left.set_xlabel("longest utterance in the batch")
+        steps = np.arange(len(sizes))
+        right.bar(steps, stats["real"], width=1.0, label="real")
+        right.bar(steps, stats["padded"] - stats["real"], bottom=stats["real"], width=1.0, label="padding")
+        right.set_ylabel("frames")
+        right.legend()
+    else:
+        left.hist(sizes, bins=min(50, max(1, len(set(sizes.tolist())))))
+        left.set_xlabel("utterances per batch")
+        right.plot(sizes)
+        right.set_ylabel("utterances")
+    left.set_ylabel("utterances per batch")
+    right.set_xlabel("batch (plan order)")
+    figure.suptitle(title or line, fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return line
+
+
+def plot_iterator(iterator, path, epoch: int = 1) -> str:
+    """:func:`plot_batches` of an Iterator's plan for ``epoch`` (clipped and shuffled as loaded)."""
+    batches = iterator.epoch_batches(epoch)
+    title = f"{iterator.name}, epoch {epoch}: {summary_line(summarize(batches, iterator.data_len))}"
+    return plot_batches(batches, iterator.data_len, path, title=title)
