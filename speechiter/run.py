@@ -213,7 +213,8 @@ def main(argv=None) -> int:
     except SpeechiterError as e:
         if args.debug:
             traceback.print_exc()
-        print(f"speechiter: error: {_first_line(e)}", file=sys.stderr)
+        hint = "" if args.debug or e.exit_code == 2 else " (run with --debug for the traceback)"
+        print(f"speechiter: error: {_summary(e)}{hint}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("speechiter: interrupted", file=sys.stderr)
@@ -221,14 +222,15 @@ def main(argv=None) -> int:
     except Exception as e:  # any other failure: exit 1, one line unless --debug
         if args.debug:
             traceback.print_exc()
-        print(f"speechiter: error: {type(e).__name__}: {_first_line(e)}"
+        print(f"speechiter: error: {type(e).__name__}: {_summary(e)}"
               + ("" if args.debug else " (run with --debug for the traceback)"), file=sys.stderr)
         return 1
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def _summary(error: BaseException) -> str:
+    """The error's message up to its first blank line (worker tracebacks follow), as one line."""
+    text = str(error).strip().split("\n\n", 1)[0]
+    return " ".join(line.strip() for line in text.splitlines()) or type(error).__name__
 
 
 if __name__ == "__main__":
