@@ -237,3 +237,50 @@ def test_leaving_an_epoch_early_then_continuing(tmp_path, corpus, settings):
     finally:
         speechiter.build.close_all(iterators)
     assert psutil.Process().children() == []
+
+
+VALID_GROUP = """
+valid:
+  type: abs.Iterator
+  conf:
+    dataset_type: speech_text.SpeechTextDataset
+    dataset_conf: {main_data: {feat: ROOT/idx2wav}}
+"""
+BAD_FILES = [
+    ("train:\n  conf: {dataset_type: speech_text.SpeechTextDataset}\n" + VALID_GROUP,
+     "data_cfg.train.type: missing"),
+    ("a: !ref <b>\nb: !ref <a>\ntrain:\n  type: !ref <a>\n  conf: {}\n" + VALID_GROUP, "reference cycle"),
+    ("x: !!python/object/apply:os.system ['echo hacked']\n" + VALID_GROUP, "YAML object tags are not allowed"),
+    ("train:\n  type: block.BlockIterator\n  conf:\n    dataset_type: speech_text.SpeechTextDataset\n"
+     "    dataset_conf: {main_data: {feat: ROOT/idx2wav}}\n    data_len: ROOT/idx2wav_len\n    batch_len: abc\n"
+     + VALID_GROUP, "data_cfg.train.conf.batch_len: expected a positive number, got 'abc'"),
+    ("train:\n  type: abs.Iterator\n  conf:\n    dataset_type: speech_text.SpeechTextDataset\n"
+     "    dataset_conf: {main_data: {feat: ROOT/idx2wav}}\n    shuffle: [1]\n" + VALID_GROUP,
+     "data_cfg.train.conf.shuffle: expected true or false"),
+    ("train: [1, 2]\n" + VALID_GROUP, "data_cfg.train"),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("text, message", BAD_FILES)
+def test_bad_files_exit_2_with_one_line(tmp_path, corpus, text, message):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(text.replace("ROOT", str(corpus)))
+    result = run_cli("--data_cfg", cfg, "--quiet", "--num_workers", 0)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_empty_audio_file_names_the_utterance_and_exits_2(tmp_path, corpus, workers):
+    import numpy as np
+    import soundfile as sf
+    first = (corpus / "idx2wav").read_text().splitlines()[0].split()
+    sf.write(corpus / first[1], np.zeros(0, dtype=np.int16), 16000)
+    cfg = write_cfg(tmp_path, corpus)
+    result = run_cli("--data_cfg", cfg, "--quiet", "--num_workers", workers)
+    assert result.returncode == 2, result.stderr
+    assert f"utterance {first[0]}" in result.stderr and "idx2wav" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

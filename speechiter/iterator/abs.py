@@ -67,7 +67,7 @@ class Iterator:
         self.num_workers = _non_negative_int(num_workers, "num_workers")
         self.seed = int(seed)
         self.is_descending = is_descending
-        self.shuffle = bool(shuffle)
+        self.shuffle = _bool(shuffle, "shuffle")
         self.pin_memory = pin_memory
         if engine not in ENGINES:
             raise ConfigError("engine", f"expected one of {', '.join(ENGINES)}, got {engine!r}")
@@ -396,6 +396,12 @@ def _distributed_rank(distributed: bool, rank, world_size):
     if not 0 <= rank < world_size:
         raise ConfigError("rank", f"expected 0 <= rank < world_size={world_size}, got {rank}")
     return rank, world_size
+
+
+def _bool(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(name, f"expected true or false, got {value!r}")
+    return bool(value)
 
 
 def _positive_int(value, name: str) -> int:
