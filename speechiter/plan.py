@@ -346,10 +346,12 @@ def read_idx2_numbers(path):
 
 def _parse(path: str) -> Idx2Table:
     with open(path, "rb") as f:
-        raw = f.read()
-    size = len(raw)
-    buffer = np.frombuffer(raw + b"\n" * _PAD, dtype=np.uint8)
-    del raw
+        size = os.fstat(f.fileno()).st_size
+        raw = bytearray(size + _PAD)  # zeroed lazily by the OS: no copy, no fill
+        if f.readinto(memoryview(raw)[:size]) != size:
+            raise _Fallback
+    buffer = np.frombuffer(raw, dtype=np.uint8)
+    buffer[size:] = 10
     data = buffer[:size]
     words = buffer[:size // 8 * 8].view(np.uint64)
     high = bool(np.bitwise_or.reduce(words, initial=np.uint64(0)) & np.uint64(0x8080808080808080)
@@ -359,10 +361,12 @@ def _parse(path: str) -> Idx2Table:
             data.tobytes().decode("utf-8")
         except UnicodeDecodeError:
             raise _Fallback from None
-    ends = np.flatnonzero(data == 10)
+    ends = np.concatenate([np.flatnonzero(data[at:at + (1 << 23)] == 10) + at for at in range(0, size, 1 << 23)]
+                          or [np.zeros(0, dtype=np.int64)])
     if size and data[-1] != 10:
         ends = np.append(ends, size)
-    starts = np.zeros(len(ends), dtype=np.int64)
+    ends = ends.astype(np.int32 if size + _PAD < 2 ** 31 else np.int64)  # offsets: half the memory
+    starts = np.zeros(len(ends), dtype=ends.dtype)
     starts[1:] = ends[:-1] + 1
     while True:  # rstrip
         strip = _WS[buffer[ends - 1]] & (ends > starts)
@@ -405,10 +409,13 @@ def _split_ids(buffer, starts):
     for block in range(0, len(starts), _ROWS):
         rows = slice(block, block + _ROWS)
         window = sliding_window_view(buffer, width)[starts[rows]]
-        space = _WS[window]
-        found, pos = space.any(axis=1), space.argmax(axis=1)
+        low = window <= 32  # whitespace and control bytes; cheaper than a table lookup
+        pos = low.argmax(axis=1)
+        found = low[np.arange(len(pos)), pos]
         sep[rows] = starts[rows] + pos
-        window[columns >= pos[:, None]] = 0
+        if not _WS[buffer[sep[rows][found]]].all():
+            raise _Fallback  # a control byte that is not whitespace
+        window *= columns < pos[:, None]
         ids[rows] = window.view(f"S{width}")[:, 0]
         if not found.all():
             late.append(block + np.flatnonzero(~found))

@@ -56,10 +56,9 @@ def block_bounds(lengths: np.ndarray, batch_len: float) -> np.ndarray:
             while end < count and cum[end + 1] - cum[start] <= batch_len:
                 end += 1
             ends[start] = end
-        jumps = ends.tolist()
         bounds, start = [0], 0
         while start < count:
-            start = jumps[start]
+            start = int(ends[start])
             bounds.append(start)
         return np.array(bounds, dtype=np.int64)
     bounds, total = [0], 0

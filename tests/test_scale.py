@@ -1,0 +1,137 @@
+"""Compact planning (speechiter.plan): the numpy idx2 parser against read_idx2, the compact views
+against their list forms, and the list/dict hook API for subclasses that write their own batching."""
+import numpy as np
+import pytest
+
+from speechiter.dataset.speech_text import SpeechTextDataset
+from speechiter.errors import DataError
+from speechiter.iterator.abs import Iterator, clip_batches, make_divisible, rank_share
+from speechiter.iterator.block import BlockIterator, block_bounds
+from speechiter.plan import BatchView, IdList, decode_ids, encode_ids, read_idx2_numbers, read_idx2_table
+from speechiter.readers import read_idx2
+
+TEXTS = {
+    "plain": "a 1\nb 2\nc 3\n",
+    "no final newline": "a x y\nb z",
+    "blank and spaces": "\n\na   x  y  \n   \nb\tz\r\n\n",
+    "leading whitespace": "  a x\nb y\n",
+    "unicode": "é x\nb y z\u3000\nc \u00a0v\n",
+    "long ids": "".join(f"{'u' * (40 + i)} v{i}\n" for i in range(5)),
+    "control chars": "a\x0bx\nb\x1fy\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_parser_matches_read_idx2(tmp_path, name):
+    path = tmp_path / "idx2x"
+    path.write_bytes(TEXTS[name].encode("utf-8"))
+    table = read_idx2_table(path)
+    ids, values = read_idx2(path)
+    assert decode_ids(table.ids) == ids
+    assert [table.buffer[s:e].tobytes().decode("utf-8") for s, e in zip(table.starts, table.ends)] == values
+
+
+@pytest.mark.parametrize("text", ["a 1\nb\n", "a 1\na 2\n", "a 1\nb x\n", "\xff\xfe 1\n"])
+def test_parser_errors_are_read_idx2s(tmp_path, text):
+    path = tmp_path / "idx2len"
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(DataError) as expected:
+        read_idx2(path, float)
+    with pytest.raises(DataError) as got:
+        read_idx2_numbers(path)
+    assert str(got.value) == str(expected.value)
+
+
+def test_numbers_whole_and_fractional(tmp_path):
+    path = tmp_path / "idx2len"
+    path.write_text("a 12\nb 3.5\nc 1e3\nd 0007\ne 123456789012345\n")
+    assert read_idx2_numbers(path)[1].tolist() == [12, 3.5, 1000, 7, 123456789012345]
+
+
+def random_view(rng, count=40):
+    ids = encode_ids([f"u{i:03d}" for i in range(count)])
+    cuts = np.unique(np.concatenate([[0, count], rng.integers(1, count, rng.integers(1, 15))]))
+    return BatchView(ids, cuts)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_compact_rules_equal_their_list_forms(seed):
+    rng = np.random.default_rng(seed)
+    view = random_view(rng)
+    lists = view.tolist()
+    for ngpu in (2, 3, 4):
+        assert make_divisible(view, ngpu) == make_divisible(lists, ngpu)
+    for world in (2, 3, 5):
+        for rank in range(world):
+            for descending in (True, False):
+                assert rank_share(view, rank, world, descending) == rank_share(lists, rank, world, descending)
+    for per_epoch in (1, 3, len(lists) + 4):
+        for epoch in (1, 2, 5):
+            assert clip_batches(view, per_epoch, epoch) == clip_batches(lists, per_epoch, epoch)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_block_bounds_equal_the_plain_loop(seed):
+    rng = np.random.default_rng(seed)
+    for lengths in (rng.integers(1, 500, 300).astype(float), rng.uniform(0.1, 500, 300)):
+        for budget in (1, 499.5, 1000, 2e4):
+            expected, total = [0], 0
+            for i, length in enumerate(lengths.tolist()):
+                if i > expected[-1] and total + length > budget:
+                    expected.append(i)
+                    total = 0
+                total += length
+            assert block_bounds(lengths, budget).tolist() == expected + [len(lengths)]
+
+
+def test_views_read_like_lists():
+    ids = IdList(encode_ids(["b", "a", "c"]))
+    assert ids == ["b", "a", "c"] and ids[1:] == ["a", "c"] and "c" in ids and ids + ["d"] == ["b", "a", "c", "d"]
+    view = BatchView(encode_ids(["a", "b", "c"]), [0, 2, 3])
+    assert view == [["a", "b"], ["c"]] and view[-1] == ["c"] and view[:1] == [["a", "b"]]
+
+
+@pytest.fixture
+def lengths_corpus(tmp_path):
+    ids = [f"utt{i:03d}" for i in range(30)]
+    lengths = np.random.default_rng(0).integers(100, 1000, len(ids))
+    (tmp_path / "idx2text").write_text("".join(f"{u} w {i}\n" for i, u in enumerate(ids)))
+    (tmp_path / "idx2len").write_text("".join(f"{u} {n}\n" for u, n in zip(ids, lengths)))
+    return tmp_path
+
+
+class OwnBlocks(BlockIterator):
+    """A subclass with its own hook: gets a list and a dict, may call the built-in with them."""
+
+    def batches_generate_fn(self, data_index, data_len, batch_len=None):
+        assert type(data_index) is list and type(data_len) is dict
+        assert all(isinstance(u, str) for u in data_index) and isinstance(data_len[data_index[0]], int)
+        return super().batches_generate_fn(data_index, data_len, batch_len)
+
+
+def test_subclass_hooks_get_lists_and_dicts_and_the_same_batches(lengths_corpus):
+    conf = dict(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(lengths_corpus / "idx2text")}},
+                data_len=str(lengths_corpus / "idx2len"), batch_len=2000, engine="inline")
+    own, built_in = OwnBlocks(**conf), BlockIterator(**conf)
+    assert type(own.batches) is list and isinstance(built_in.batches, BatchView)
+    assert own.batches == built_in.batches and own.epoch_batches(2) == built_in.epoch_batches(2)
+    assert built_in.data_len["utt004"] == own.data_len["utt004"]
+
+
+def test_dataset_mappings_read_like_dicts(lengths_corpus):
+    dataset = SpeechTextDataset(main_data={"text": str(lengths_corpus / "idx2text")}, data_selection=["order", -5])
+    assert list(dataset.main_data["text"]) == dataset.get_data_index() == [f"utt{i:03d}" for i in range(5)]
+    assert dataset.main_data["text"]["utt002"] == "w 2" and "utt007" not in dataset.main_data["text"]
+    dataset.remove_data_by_index("utt002")
+    assert len(dataset) == 4 and dataset["utt003"]["text"] == "w 3"
+    with pytest.raises(KeyError):
+        dataset["utt002"]
+    with pytest.raises(KeyError, match="utt999"):
+        dataset.keep_only(["utt999"])
+
+
+def test_abs_iterator_compact_view(lengths_corpus):
+    iterator = Iterator(dataset_type=SpeechTextDataset,
+                        dataset_conf={"main_data": {"text": str(lengths_corpus / "idx2text")}},
+                        data_len=str(lengths_corpus / "idx2len"), batch_size=4, ngpu=2, engine="inline")
+    assert isinstance(iterator.batches, BatchView) and [len(b) for b in iterator.batches] == [4] * 7 + [2]
