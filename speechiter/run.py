@@ -44,6 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--distributed", action="store_true", help="run under torchrun (torch.distributed)")
     parser.add_argument("--save_state", metavar="FILE", help="write the run's state after every train step")
     parser.add_argument("--resume", metavar="FILE", help="continue a train run from a --save_state file")
+    parser.add_argument("--plot", metavar="FILE", help="draw each iterator's first-epoch batches (needs matplotlib)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
     if args.out_type not in ("cpu", "null") and not args.out_type.startswith("cuda"):
@@ -151,14 +152,29 @@ class Run:
             self.dump.close()
 
 
-def iterators_config(iterators, prefix=""):
+def iterators_config(iterators):
     """(name, config fingerprint) of every iterator, for the run's fingerprint."""
+    return [(name, it.config_fingerprint) for name, it in flat_iterators(iterators)]
+
+
+def plot_plans(iterators, path: str, epoch: int):
+    """--plot: one figure per iterator (``batches.png``, or ``batches.train-sup.png`` for several)."""
+    from speechiter.plot import plot_iterator
+    named = [(name, it) for name, it in flat_iterators(iterators)]
+    root, ext = os.path.splitext(path)
+    for name, iterator in named:
+        target = path if len(named) == 1 else f"{root}.{name.replace('/', '-')}{ext or '.png'}"
+        print(f"{name}: {plot_iterator(iterator, target, epoch)}")
+
+
+def flat_iterators(iterators, prefix=""):
+    """(name, Iterator) of every iterator: ``train``, ``train/sup``, ``test/clean/asr``..."""
     for key, value in iterators.items():
         name = f"{prefix}/{key}" if prefix else str(key)
         if isinstance(value, dict):
-            yield from iterators_config(value, name)
+            yield from flat_iterators(value, name)
         else:
-            yield name, value.config_fingerprint
+            yield name, value
 
 
 def _progress(total: int, desc: str, quiet: bool):
@@ -179,6 +195,8 @@ def run(args) -> int:
                                 ngpu=args.ngpu, rank=rank, world_size=world_size)
     run_ = Run(args, iterators, rank)
     try:
+        if args.plot and rank == 0:
+            plot_plans(iterators, args.plot, args.start_epoch)
         if args.resume:
             if mode != "train":
                 raise ConfigError("--resume", "applies to train mode")

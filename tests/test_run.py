@@ -284,3 +284,15 @@ def test_empty_audio_file_names_the_utterance_and_exits_2(tmp_path, corpus, work
     assert result.returncode == 2, result.stderr
     assert f"utterance {first[0]}" in result.stderr and "idx2wav" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_plot_prints_a_summary_per_iterator(tmp_path, corpus):
+    import importlib.util
+    cfg = write_cfg(tmp_path, corpus)
+    result = run_cli("--data_cfg", cfg, "--quiet", "--num_workers", 0, "--plot", tmp_path / "plan.png")
+    assert result.returncode == 0, result.stderr
+    for name in ("train/sup", "train/unsup", "valid"):
+        assert f"{name}: " in result.stdout and "padding efficiency" in result.stdout
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "plan.train-sup.png").stat().st_size > 0
