@@ -135,3 +135,17 @@ def test_abs_iterator_compact_view(lengths_corpus):
                         dataset_conf={"main_data": {"text": str(lengths_corpus / "idx2text")}},
                         data_len=str(lengths_corpus / "idx2len"), batch_size=4, ngpu=2, engine="inline")
     assert isinstance(iterator.batches, BatchView) and [len(b) for b in iterator.batches] == [4] * 7 + [2]
+
+
+@pytest.mark.parametrize("descending", [True, False])
+def test_sort_of_wide_whole_lengths_keeps_ties_in_id_order(tmp_path, descending):
+    rng = np.random.default_rng(5)
+    ids = [f"u{i:04d}" for i in rng.permutation(400)]
+    lengths = rng.choice([3, 70000, 70001, 2 ** 20, 5 * 10 ** 6], size=len(ids))
+    (tmp_path / "idx2text").write_text("".join(f"{u} x\n" for u in ids))
+    (tmp_path / "idx2len").write_text("".join(f"{u} {n}\n" for u, n in zip(ids, lengths)))
+    iterator = Iterator(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(tmp_path / "idx2text")}},
+                        data_len=str(tmp_path / "idx2len"), is_descending=descending, engine="inline")
+    length = dict(zip(ids, lengths.tolist()))
+    expected = sorted(sorted(ids), key=lambda u: -length[u] if descending else length[u])
+    assert [b[0] for b in iterator.batches] == expected

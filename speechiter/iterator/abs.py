@@ -198,9 +198,14 @@ class Iterator:
                 by_id = IdIndex(array).id_order()
                 by_id = np.arange(len(array)) if by_id is None else by_id
                 keys = -lengths[by_id] if self.is_descending else lengths[by_id]
-                if (keys == np.floor(keys)).all() and np.abs(keys).max(initial=0) * (len(keys) + 1) < 2.0 ** 62:
-                    # whole lengths: one unique int64 key (length, then id rank) sorts faster
-                    order = by_id[np.argsort(keys.astype(np.int64) * len(keys) + np.arange(len(keys)))]
+                span = keys.max(initial=0) - keys.min(initial=0)
+                if (keys == np.floor(keys)).all() and span < 2.0 ** 32:
+                    # whole lengths: a stable LSD radix sort in two 16-bit passes (numpy's radix sort)
+                    key = (keys - keys.min()).astype(np.uint32)
+                    order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+                    if span >= 2 ** 16:
+                        order = order[np.argsort((key >> 16).astype(np.uint16)[order], kind="stable")]
+                    order = by_id[order]
                 else:
                     order = by_id[np.argsort(keys, kind="stable")]
                 array, lengths = array[order], lengths[order]
