@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from speechiter.errors import ConfigError, DataError
-from speechiter.plan import (Column, IdIndex, IdList, Idx2Table, LengthMap, decode_ids, encode_ids,
-                             read_idx2_table)
+from speechiter.idx2 import Idx2Table, read_idx2_table
+from speechiter.plan import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
 
 SELECTION_MODES = ("order", "rev_order", "random", "min", "max", "middle", "group")
 

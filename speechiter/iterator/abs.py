@@ -9,15 +9,15 @@ on the epoch, cuts it at ``start_step`` and hands the plan to the engine.
 Subclasses override :meth:`batches_generate_fn` only.
 """
 import warnings
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Union
 
 import numpy as np
 
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
+from speechiter.idx2 import read_idx2_numbers, read_idx2_table
 from speechiter.plan import (BatchView, Column, IdIndex, IdList, LengthMap, SortedIds, batch_lengths,
-                             batches_from_bounds, decode_ids, encode_ids, is_vectorised, read_idx2_numbers,
-                             read_idx2_table, vectorised)
+                             batches_from_bounds, decode_ids, encode_ids, is_vectorised, vectorised)
 from speechiter.seeding import batch_seed, stream_id
 from speechiter.state import fingerprint, view_fingerprint
 
