@@ -151,7 +151,11 @@ class LogMel:
         return f"LogMel({', '.join(f'{k}={v!r}' for k, v in self.conf().items())})"
 
     def num_frames(self, num_samples):
-        """Frames for ``num_samples`` samples (snip_edges); floats give floats' floor."""
+        """Frames for ``num_samples`` samples (snip_edges); floats give floats' floor.
+        Takes a number or a numpy array of numbers (element-wise)."""
+        if isinstance(num_samples, np.ndarray):
+            frames = 1 + (num_samples - self.window_size) // self.window_shift
+            return np.where(num_samples < self.window_size, 0, frames)
         if num_samples < self.window_size:
             return 0
         return 1 + int((num_samples - self.window_size) // self.window_shift)

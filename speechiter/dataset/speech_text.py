@@ -38,9 +38,14 @@ def speed_fraction(factor: float) -> Fraction:
 def perturbed_length(num_samples, factor: float):
     """Length after speed perturbation by ``factor``: exactly
     ``round(n * den / num)`` for ``factor = num / den`` (halves round up);
-    a non-integer length (an estimate) is divided by the factor."""
+    a non-integer length (an estimate) is divided by the factor. Takes a
+    number or a numpy array of numbers (element-wise)."""
+    fraction = speed_fraction(factor)
+    if isinstance(num_samples, np.ndarray):
+        whole = np.floor(num_samples) == num_samples
+        exact = (2 * num_samples * fraction.denominator + fraction.numerator) // (2 * fraction.numerator)
+        return np.where(whole, exact, num_samples / factor)
     if float(num_samples).is_integer():
-        fraction = speed_fraction(factor)
         return resampled_length(int(num_samples), fraction.numerator, fraction.denominator)
     return num_samples / factor
 
