@@ -1,3 +1,5 @@
+import gc
+import multiprocessing.resource_tracker
 import os
 import threading
 
@@ -33,6 +35,12 @@ def engine_threads():
 def no_leaks():
     """After every test: no child processes, no segments of this process, no engine threads."""
     yield
+    # 'spawn' starts Python's resource tracker, which outlives the test: stop it (a later
+    # test starts it again if it needs it), so that other suites' "no children" checks hold.
+    tracker = multiprocessing.resource_tracker._resource_tracker
+    if getattr(tracker, "_fd", None) is not None:
+        gc.collect()  # semaphores of finished pools unregister first: no "leaked" warnings
+        tracker._stop()
     assert children() == []
     assert shm_leftovers() == []
     assert engine_threads() == []
