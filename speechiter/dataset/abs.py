@@ -100,8 +100,8 @@ class Dataset:
         sizes = {k: len(d) for k, d in self.main_data.items()}
         if any(size > len(common) for size in sizes.values()):
             total = len(np.unique(np.concatenate([self.main_data[k].index.ids for k in keys])))
-            missing = {k: size - len(common) for k, size in sizes.items() if size > len(common)}
-            detail = ", ".join(f"{n} only in {k} ({self.sources[k][0]})" for k, n in missing.items())
+            detail = ", ".join(f"{total - size} missing from {k} ({', '.join(self.sources[k])})"
+                               for k, size in sizes.items() if size < total)
             warnings.warn(f"{total - len(common)} of {total} utterances are not in every main_data file and "
                           f"are dropped: {detail}", stacklevel=3)
         if not len(common):

@@ -13,7 +13,6 @@ main_data names (at least one of ``feat`` and ``text``):
 - ``duration``: per-token durations (space-separated numbers), float32
   ``(B, L)`` zero-padded, with ``duration_len``.
 """
-import warnings
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -124,19 +123,6 @@ class SpeechTextDataset(Dataset):
         if self.feat_extractor is not None:
             length = self.feat_extractor.num_frames(length)
         return length
-
-    def _intersect_ids(self) -> List[str]:
-        # Names the files that miss ids (the base names those that have extra ones).
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            common = super()._intersect_ids()
-        if caught:
-            total = len(set().union(*(d.keys() for d in self.main_data.values())))
-            detail = ", ".join(f"{total - len(d)} missing from {k} ({', '.join(self.sources[k])})"
-                               for k, d in self.main_data.items() if len(d) < total)
-            warnings.warn(f"{total - len(common)} of {total} utterances are not in every main_data file and "
-                          f"are dropped: {detail}", stacklevel=3)
-        return common
 
     def extract_main_data_fn(self, main_data: Dict[str, str]) -> Dict[str, Any]:
         uid = main_data.pop("id")
