@@ -3,8 +3,10 @@
 A converter turns one raw batch into the output type. The raw batch is either
 the object a worker or the indexer returned (in-process and thread mode), or
 a :class:`~speechiter.sequence.shm.Packed` batch whose arrays are views into
-a shared-memory slot (process mode); then every array is copied out, so the
-slot can be reused as soon as the converter returns.
+a shared-memory slot (process mode). When its reader is ``shared`` the
+converter hands out those views (see NOTE [ Zero-copy batches ] in shm.py);
+otherwise it copies every array out, so that the slot can be reused as soon
+as the converter returns.
 
 * ``'null'``: arrays stay numpy (tensors stay tensors), as the worker made them.
 * ``'cpu'``: numeric ndarrays become torch tensors; strings, lists of strings,
@@ -84,10 +86,10 @@ def _from_numpy(array: np.ndarray, copy: bool):
         return array
 
 
-def _tensor_from_view(view: np.ndarray, name: str):
-    """A fresh tensor from a shm view of an array a worker returned as a tensor."""
+def _tensor_from_view(view: np.ndarray, name: str, copy: bool = True):
+    """A tensor from a shm view of an array a worker returned as a tensor (a fresh one if ``copy``)."""
     import torch
-    tensor = torch.from_numpy(np.array(view))
+    tensor = torch.from_numpy(np.array(view) if copy else view)
     if name == "bfloat16":
         tensor = tensor.view(torch.bfloat16)
     return tensor
@@ -107,8 +109,10 @@ class Converter:
     def __call__(self, raw, resolver: Optional[Callable] = None) -> Tuple[object, object]:
         """Convert ``raw``; returns ``(batch, cuda_event_or_None)``.
 
-        ``resolver`` maps ArrayRefs of a Packed batch to shm views (process
-        mode); it is None for objects straight from an indexer.
+        ``resolver`` (a :class:`~speechiter.sequence.shm.SlotReader`) maps
+        ArrayRefs of a Packed batch to shm views (process mode); it is None for
+        objects straight from an indexer. When it is ``shared`` the views are
+        handed out as they are, for 'null' and 'cpu'.
         """
         if isinstance(raw, Packed):
             skeleton, shared = raw.skeleton, True
@@ -122,21 +126,29 @@ class Converter:
 
     @staticmethod
     def _null_leaf(resolver):
+        copy = resolver is None or not resolver.shared
+
         def leaf(obj):
             if type(obj) is ArrayRef:
                 view = resolver(obj)
-                return _tensor_from_view(view, obj.tensor) if obj.tensor else np.array(view)
+                if obj.tensor:
+                    return _tensor_from_view(view, obj.tensor, copy)
+                return np.array(view) if copy else view
             return obj
         return leaf
 
     @staticmethod
     def _cpu_leaf(resolver):
+        copy = resolver is None or not resolver.shared
+
         def leaf(obj):
             if type(obj) is ArrayRef:
                 view = resolver(obj)
                 if obj.tensor:
-                    return _tensor_from_view(view, obj.tensor)
-                return _from_numpy(view, copy=True) if _numeric(view.dtype) else np.array(view)
+                    return _tensor_from_view(view, obj.tensor, copy)
+                if _numeric(view.dtype):
+                    return _from_numpy(view, copy=copy)
+                return np.array(view) if copy else view
             if isinstance(obj, np.ndarray):
                 return _from_numpy(obj, copy=False) if _numeric(obj.dtype) else obj
             return obj  # a tensor already

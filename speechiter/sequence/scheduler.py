@@ -11,8 +11,9 @@ new one). Tasks go to the least-loaded worker's own queue; results come back
 in any order and wait in ``_pending`` (the reorder buffer, keyed by seq) until
 the consumer reaches them. ``buffer`` bounds the batches in flight, i.e.
 dispatched but not yet consumed or discarded; in process mode each of them
-holds one shared-memory slot. Which worker builds a batch never changes the
-batch: its randomness comes only from Task.seed, see fetch.py.
+holds one shared-memory slot (batches the consumer still holds may hold more,
+see NOTE [ Zero-copy batches ] in shm.py). Which worker builds a batch never
+changes the batch: its randomness comes only from Task.seed, see fetch.py.
 
 NOTE [ Lookahead ]
 ``iterate(tasks, lookahead)``: once every task of ``tasks`` is dispatched,
@@ -51,6 +52,7 @@ from typing import List, Optional, Sequence
 from speechiter.errors import WorkerError
 from speechiter.sequence.convert import Converter, hand_over
 from speechiter.sequence.fetch import Task, describe_ids, fetch, same_task
+from speechiter.sequence import shm
 from speechiter.sequence.workers import Done, Failed, Fetch
 
 _POLL_S = 0.25
@@ -119,6 +121,7 @@ class _Engine:
                 stats["total_batches"] += 1
                 run.consumed = i + 1
                 yield batch
+                del batch  # a zero-copy batch holds its slot; see NOTE [ Zero-copy batches ] in shm.py
         except GeneratorExit:
             # Closed after the last batch was handed out (zip(), islice()) is not leaving early.
             if self._run is run and run.consumed < len(run.tasks):
@@ -167,6 +170,8 @@ class PoolEngine(_Engine):
         self._buffer = buffer
         self._timeout = timeout
         self._out_type = out_type
+        self._share = out_type in ("null", "cpu")  # see NOTE [ Zero-copy batches ] in shm.py
+        self._retired = [[] for _ in range(len(pool))]  # per worker: segments it should unmap
         self._pending = {}  # seq -> _Pending: the reorder buffer and in-flight tasks
         self._load = [0] * len(pool)  # tasks sent to each worker and not answered
         self._next_seq = 0
@@ -223,19 +228,28 @@ class PoolEngine(_Engine):
         n = len(self._load)
         wid = min(((self._turn + k) % n for k in range(n)), key=self._load.__getitem__)
         self._turn = (wid + 1) % n
-        slot = self._slots.free.pop() if self._slots is not None else None
-        p = _Pending(self._next_seq, task, wid, slot)
+        p = _Pending(self._next_seq, task, wid, None)
         self._next_seq += 1
+        if self._slots is None:
+            msg = Fetch(p.seq, task)
+        else:
+            p.slot = self._slots.acquire()
+            if self._slots.retired:
+                for names in self._retired:
+                    names.extend(self._slots.retired)
+                self._slots.retired.clear()
+            msg = Fetch(p.seq, task, self._slots.ref(p.slot), tuple(self._retired[wid]))
+            self._retired[wid].clear()
         self._pending[p.seq] = p
         self._load[wid] += 1
-        self._pool.send(wid, Fetch(p.seq, task, None if slot is None else self._slots.ref(slot)))
+        self._pool.send(wid, msg)
         return p
 
     def _release(self, p: _Pending):
         del self._pending[p.seq]
         p.result = None
         if p.slot is not None:
-            self._slots.free.append(p.slot)
+            self._slots.release(p.slot)
             p.slot = None
 
     def _discard(self, p: _Pending):
@@ -315,14 +329,23 @@ class PoolEngine(_Engine):
             found = self._converters.converter = Converter(self._out_type)
         return found
 
-    def _resolver(self, payload):
-        # Mapped here, in the consumer thread: converter threads only make views.
-        return self._slots.resolver(payload.slot) if self._slots is not None else None
+    def _resolver(self, p: _Pending):
+        """A reader of p's slot, mapped here, in the consumer thread (converter threads only make views).
+
+        A shared reader owns the slot from now on. See NOTE [ Zero-copy batches ] in shm.py.
+        """
+        if self._slots is None:
+            return None
+        payload = p.result.payload
+        reader = self._slots.reader(payload, self._share and payload.nbytes >= shm.SHARE_MIN_BYTES)
+        if reader.shared:
+            p.slot = None
+        return reader
 
     def _submit(self, p: _Pending):
         if isinstance(p.result, Done) and p.future is None:
             payload = p.result.payload
-            resolver = self._resolver(payload)
+            resolver = self._resolver(p)
             p.future = self._executor.submit(lambda: self._converter()(payload, resolver))
 
     def _take(self, run: _Run, i: int):
@@ -330,7 +353,7 @@ class PoolEngine(_Engine):
         if isinstance(p.result, Failed):
             raise WorkerError(self._failure_text(p.result, p.task), p.result.exit_code) from None
         if self._executor is None:
-            batch, event = self._convert(p.result.payload, self._resolver(p.result.payload))
+            batch, event = self._convert(p.result.payload, self._resolver(p))
         else:
             self._submit(p)
             self._receive(0)

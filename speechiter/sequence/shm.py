@@ -4,19 +4,37 @@ A worker process walks the batch it built, copies every ndarray (and CPU
 tensor) into a *slot* -- a POSIX shared-memory segment -- and sends only a
 small :class:`Packed` message: the batch with each array replaced by an
 :class:`ArrayRef` (offset, dtype, shape). The main process maps the same
-segment, reads the arrays as views and the converter copies them out before
-the slot is handed back for the next batch. Array payloads are never pickled
-and buffers are not allocated per batch.
+segment and hands the consumer arrays that view it (see NOTE [ Zero-copy
+batches ]), or, for small batches and CUDA output, copies them out. Array
+payloads are never pickled and buffers are not allocated per batch.
 
 NOTE [ Slot ownership ]
-The main process owns a fixed table of ``buffer`` slots; each dispatched task
-carries one slot (:class:`SlotRef`: index, segment name, size), and a slot
-belongs to exactly one task until the main process releases it. A slot starts
+The main process owns a table of slots; each dispatched task carries one slot
+(:class:`SlotRef`: index, segment name, size), and a slot belongs to exactly
+one task until the main process releases it, or, when the batch was handed out
+as views, until the consumer has dropped every view of it. A slot starts
 without a segment. When a batch does not fit, the worker that builds it
 creates a larger segment under a fresh name and reports it in its
 :class:`Packed` message; the main process then unlinks the old segment
-(no other task can be using it) and records the new one. Workers cache one
-mapping per slot and remap when the name they are given changes.
+(no task and no view can be using it) and records the new one. Workers cache
+one mapping per slot and remap when the name they are given changes; the main
+process tells them (:attr:`SlotTable.retired`) which segments it retired.
+
+NOTE [ Zero-copy batches ]
+For 'null' and 'cpu' output, a batch of at least ``SHARE_MIN_BYTES`` is not
+copied out of its slot: :class:`SlotReader` makes one uint8 array over the
+slot's used bytes (the *owner*), every array of the batch is a view of it
+(numpy's ``.base`` of a view is the owner; a tensor from ``torch.from_numpy``
+keeps its array), and a ``weakref.finalize`` on the owner puts the slot's
+index on a thread-safe queue when the last view dies, in whatever thread the
+garbage collector runs it. :meth:`SlotTable.acquire` drains that queue, so a
+slot is never given to a worker while a view of it is alive. A consumer may
+keep any number of batches (a list of a whole epoch): when no slot is free
+the table adds one, never waits, and retires (unlinks) the segments of freed
+slots beyond ``keep``. The owner holds a buffer export of the mmap object, so
+neither retiring nor :meth:`SlotTable.close` can unmap memory a view still
+reads: ``mmap.close()`` refuses (see :func:`close_map`) and the mapping
+goes when its last view does, long after its name was unlinked.
 
 NOTE [ Segment cleanup ]
 Segments are created and unlinked with ``_posixshmem`` directly, not with
@@ -31,8 +49,10 @@ after the workers have ended. See NOTE [ Shutdown order ] in scheduler.py.
 """
 import mmap
 import os
+import queue
 import secrets
 import sys
+import weakref
 from typing import Any, List, NamedTuple, Optional
 
 import numpy as np
@@ -44,6 +64,9 @@ except ImportError:  # pragma: no cover - Windows
 
 _ALIGN = 64
 _GROW_STEP = 1 << 20
+# Batches smaller than this are copied out of their slot: views are not worth
+# the bookkeeping. See NOTE [ Zero-copy batches ].
+SHARE_MIN_BYTES = 1 << 16
 _SHM_DIR = "/dev/shm"
 
 
@@ -127,10 +150,12 @@ class ArrayRef(NamedTuple):
 
 
 class Packed(NamedTuple):
-    """A batch in shared memory: the structure with ArrayRefs, and its slot."""
+    """A batch in shared memory: the structure with ArrayRefs, its slot, and
+    the bytes of the slot it uses."""
 
     skeleton: Any
     slot: SlotRef
+    nbytes: int = 0
 
 
 def torch_module():
@@ -239,7 +264,14 @@ class SlotWriter:
             target = np.ndarray(ref.shape, ref.dtype, buffer=mm, offset=ref.offset)
             np.copyto(target, array, casting="no")
             del target
-        return Packed(skeleton, slot)
+        return Packed(skeleton, slot, packer.total)
+
+    def forget(self, names) -> None:
+        """Unmap the segments the main process retired (their memory goes with the last mapping)."""
+        for index, (name, mm) in list(self._maps.items()):
+            if name in names:
+                close_map(mm)
+                del self._maps[index]
 
     def close(self):
         for _, mm in self._maps.values():
@@ -247,21 +279,90 @@ class SlotWriter:
         self._maps.clear()
 
 
+class SlotReader:
+    """Main side: the arrays of one packed batch, as views of its slot.
+
+    ``shared``: the views are handed to the consumer, and the slot goes back to
+    the table when the last of them dies. Otherwise the caller copies what it
+    reads and releases the slot itself. See NOTE [ Zero-copy batches ].
+    """
+
+    __slots__ = ("shared", "_mm", "_owner")
+
+    def __init__(self, mm: Optional[mmap.mmap], owner: Optional[np.ndarray]):
+        self._mm = mm
+        self._owner = owner
+        self.shared = owner is not None
+
+    def __call__(self, ref: ArrayRef) -> np.ndarray:
+        if self._owner is None:
+            return np.ndarray(ref.shape, ref.dtype, buffer=self._mm, offset=ref.offset)
+        dtype = np.dtype(ref.dtype)
+        count = dtype.itemsize
+        for n in ref.shape:
+            count *= n
+        return self._owner[ref.offset:ref.offset + count].view(dtype).reshape(ref.shape)
+
+
 class SlotTable:
     """Main side: the slot table, mappings to read batches, and all unlinking.
 
-    See NOTE [ Slot ownership ] and NOTE [ Segment cleanup ].
+    ``keep``: how many slots may keep a segment while free; ``free``: indices
+    of free slots, the next one to use last. See NOTE [ Slot ownership ],
+    NOTE [ Zero-copy batches ] and NOTE [ Segment cleanup ].
     """
 
-    def __init__(self, prefix: str, num_slots: int):
+    def __init__(self, prefix: str, num_slots: int, keep: Optional[int] = None):
         _check_available()
         self.prefix = prefix
+        self.keep = num_slots + 2 if keep is None else keep
         self._slots = [SlotRef(i, None, 0) for i in range(num_slots)]
         self._maps = [None] * num_slots  # (name, mmap) or None
         self.free = list(range(num_slots - 1, -1, -1))
+        self._freed = queue.SimpleQueue()  # indices whose last view died (any thread)
+        self.retired: List[str] = []  # segment names unlinked since the caller last took them
 
     def ref(self, index: int) -> SlotRef:
         return self._slots[index]
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def acquire(self) -> int:
+        """A free slot's index; a new slot when every slot is busy or viewed (never waits)."""
+        self.collect()
+        if self.free:
+            return self.free.pop()
+        self._slots.append(SlotRef(len(self._slots), None, 0))
+        self._maps.append(None)
+        return len(self._slots) - 1
+
+    def release(self, index: int) -> None:
+        """Give back a slot nothing reads any more."""
+        if self.segment_count() > self.keep and self._slots[index].name is not None:
+            self._retire(index)
+            self.free.insert(0, index)  # reused last: it has no segment
+        else:
+            self.free.append(index)
+
+    def collect(self) -> None:
+        """Take back the slots whose views all died. See NOTE [ Zero-copy batches ]."""
+        while True:
+            try:
+                index = self._freed.get_nowait()
+            except queue.Empty:
+                return
+            self.release(index)
+
+    def _retire(self, index: int) -> None:
+        mapped = self._maps[index]
+        if mapped is not None:
+            close_map(mapped[1])
+            self._maps[index] = None
+        name = self._slots[index].name
+        unlink_segment(name)
+        self.retired.append(name)
+        self._slots[index] = SlotRef(index, None, 0)
 
     def accept(self, slot: SlotRef) -> None:
         """Record the segment a worker used for ``slot`` (it may be new)."""
@@ -285,20 +386,30 @@ class SlotTable:
             self._maps[slot.index] = mapped
         return mapped[1]
 
-    def resolver(self, slot: SlotRef):
-        """A function ArrayRef -> view into ``slot``. Maps the segment now, in the calling thread."""
-        mm = self._map(slot) if slot.name is not None else None
+    def reader(self, packed: Packed, share: bool) -> SlotReader:
+        """Views of ``packed``'s arrays. Maps the segment now, in the calling thread.
 
-        def view(ref: ArrayRef) -> np.ndarray:
-            return np.ndarray(ref.shape, ref.dtype, buffer=mm, offset=ref.offset)
-
-        return view
+        With ``share``, the slot belongs to the views from now on and comes back
+        by itself (the caller must not release it). See NOTE [ Zero-copy batches ].
+        """
+        slot = packed.slot
+        if slot.name is None:
+            return SlotReader(None, None)
+        mm = self._map(slot)
+        if not share or packed.nbytes == 0:
+            return SlotReader(mm, None)
+        owner = np.frombuffer(mm, np.uint8, count=packed.nbytes)
+        weakref.finalize(owner, self._freed.put, slot.index).atexit = False
+        return SlotReader(mm, owner)
 
     def segment_count(self) -> int:
         return sum(slot.name is not None for slot in self._slots)
 
     def close(self) -> None:
-        """Unmap and unlink every segment of this session, known or not."""
+        """Unmap and unlink every segment of this session, known or not.
+
+        Mappings that batches still view stay mapped until those views die.
+        """
         for i, mapped in enumerate(self._maps):
             if mapped is not None:
                 close_map(mapped[1])
