@@ -100,6 +100,22 @@ def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: 
     return results[1] / results[0]
 
 
+def bench_resume(corpus: Path, workers: int, start_step: int = 10_000):
+    """Seconds to the first batch when resuming at step 0 and at ``start_step`` of a long epoch."""
+    results = []
+    for step in (0, start_step):
+        iterator = make_iterator(corpus, ENGINES["msequence proc"], workers, batch_seconds=20.0,
+                                 batches_per_epoch=2 * start_step)
+        try:
+            started = time.perf_counter()
+            loader = iterator.build_loader(1, start_step=step, prefetch_next=False)
+            next(iter(loader))
+            results.append(time.perf_counter() - started)
+        finally:
+            iterator.close()
+    return results
+
+
 def run_engines(args):
     make_corpus = load_tool("make_corpus").make_corpus
     with tempfile.TemporaryDirectory(prefix="speechiter-bench-") as tmp:
@@ -119,6 +135,9 @@ def run_engines(args):
                 for name in ("msequence proc", "msequence thread", "torch"):
                     ratio = bench_epoch_boundaries(corpus, ENGINES[name], args.workers, args.batch_seconds)
                     print(f"{name:<18}{ratio:>11.3f}")
+                first, resumed = bench_resume(corpus, args.workers)
+                print(f"\nresume: first batch at step 0 {first:.3f} s, at step 10000 {resumed:.3f} s "
+                      f"(ratio {resumed / first:.2f}; no skipped batch is read)")
             if args.hdf5 and fmt == args.formats[0]:
                 run_hdf5(corpus, Path(tmp), args)
 
