@@ -39,7 +39,12 @@ def no_leaks():
     # test starts it again if it needs it), so that other suites' "no children" checks hold.
     tracker = multiprocessing.resource_tracker._resource_tracker
     if getattr(tracker, "_fd", None) is not None:
-        gc.collect()  # semaphores of finished pools unregister first: no "leaked" warnings
+        # Semaphores of finished pools unregister first (no "leaked" warnings, no unlinking
+        # them twice): queue feeder threads let go of theirs, then the collector frees them.
+        for thread in threading.enumerate():
+            if thread.name == "QueueFeederThread":
+                thread.join(5.0)
+        gc.collect()
         tracker._stop()
     assert children() == []
     assert shm_leftovers() == []
