@@ -171,7 +171,6 @@ class PoolEngine(_Engine):
         self._timeout = timeout
         self._out_type = out_type
         self._share = out_type in ("null", "cpu")  # see NOTE [ Zero-copy batches ] in shm.py
-        self._retired = [[] for _ in range(len(pool))]  # per worker: segments it should unmap
         self._pending = {}  # seq -> _Pending: the reorder buffer and in-flight tasks
         self._load = [0] * len(pool)  # tasks sent to each worker and not answered
         self._next_seq = 0
@@ -234,12 +233,7 @@ class PoolEngine(_Engine):
             msg = Fetch(p.seq, task)
         else:
             p.slot = self._slots.acquire()
-            if self._slots.retired:
-                for names in self._retired:
-                    names.extend(self._slots.retired)
-                self._slots.retired.clear()
-            msg = Fetch(p.seq, task, self._slots.ref(p.slot), tuple(self._retired[wid]))
-            self._retired[wid].clear()
+            msg = Fetch(p.seq, task, self._slots.ref(p.slot))
         self._pending[p.seq] = p
         self._load[wid] += 1
         self._pool.send(wid, msg)

@@ -17,8 +17,7 @@ without a segment. When a batch does not fit, the worker that builds it
 creates a larger segment under a fresh name and reports it in its
 :class:`Packed` message; the main process then unlinks the old segment
 (no task and no view can be using it) and records the new one. Workers cache
-one mapping per slot and remap when the name they are given changes; the main
-process tells them (:attr:`SlotTable.retired`) which segments it retired.
+one mapping per slot and remap when the name they are given changes.
 
 NOTE [ Zero-copy batches ]
 For 'null' and 'cpu' output, a batch of at least ``SHARE_MIN_BYTES`` is not
@@ -28,13 +27,16 @@ slot's used bytes (the *owner*), every array of the batch is a view of it
 keeps its array), and a ``weakref.finalize`` on the owner puts the slot's
 index on a thread-safe queue when the last view dies, in whatever thread the
 garbage collector runs it. :meth:`SlotTable.acquire` drains that queue, so a
-slot is never given to a worker while a view of it is alive. A consumer may
-keep any number of batches (a list of a whole epoch): when no slot is free
-the table adds one, never waits, and retires (unlinks) the segments of freed
-slots beyond ``keep``. The owner holds a buffer export of the mmap object, so
-neither retiring nor :meth:`SlotTable.close` can unmap memory a view still
-reads: ``mmap.close()`` refuses (see :func:`close_map`) and the mapping
-goes when its last view does, long after its name was unlinked.
+slot is never given to a worker while a view of it is alive. When no slot is
+free (the consumer holds batches) the table adds one and never waits; a loop
+holds two (its batch and the one being handed over). At most ``max_viewed``
+batches are views at a time: beyond that (a consumer that keeps a whole epoch
+in a list) batches are copied out as before, so /dev/shm use stays bounded
+(at most ``buffer + max_viewed`` slots, so never more than that many
+segments; Docker gives /dev/shm 64 MiB by default). The owner holds a buffer
+export of the mmap object, so :meth:`SlotTable.close` cannot unmap memory a
+view still reads: ``mmap.close()`` refuses (see :func:`close_map`) and the
+mapping goes when its last view does, long after its name was unlinked.
 
 NOTE [ Segment cleanup ]
 Segments are created and unlinked with ``_posixshmem`` directly, not with
@@ -266,13 +268,6 @@ class SlotWriter:
             del target
         return Packed(skeleton, slot, packer.total)
 
-    def forget(self, names) -> None:
-        """Unmap the segments the main process retired (their memory goes with the last mapping)."""
-        for index, (name, mm) in list(self._maps.items()):
-            if name in names:
-                close_map(mm)
-                del self._maps[index]
-
     def close(self):
         for _, mm in self._maps.values():
             close_map(mm)
@@ -307,20 +302,20 @@ class SlotReader:
 class SlotTable:
     """Main side: the slot table, mappings to read batches, and all unlinking.
 
-    ``keep``: how many slots may keep a segment while free; ``free``: indices
-    of free slots, the next one to use last. See NOTE [ Slot ownership ],
+    ``max_viewed``: the most batches handed out as views at a time; ``free``:
+    indices of free slots, the next one to use last. See NOTE [ Slot ownership ],
     NOTE [ Zero-copy batches ] and NOTE [ Segment cleanup ].
     """
 
-    def __init__(self, prefix: str, num_slots: int, keep: Optional[int] = None):
+    def __init__(self, prefix: str, num_slots: int, max_viewed: int = 4):
         _check_available()
         self.prefix = prefix
-        self.keep = num_slots + 2 if keep is None else keep
+        self.max_viewed = max_viewed
+        self.viewed = 0  # batches handed out as views whose slot did not come back yet
         self._slots = [SlotRef(i, None, 0) for i in range(num_slots)]
         self._maps = [None] * num_slots  # (name, mmap) or None
         self.free = list(range(num_slots - 1, -1, -1))
         self._freed = queue.SimpleQueue()  # indices whose last view died (any thread)
-        self.retired: List[str] = []  # segment names unlinked since the caller last took them
 
     def ref(self, index: int) -> SlotRef:
         return self._slots[index]
@@ -339,11 +334,7 @@ class SlotTable:
 
     def release(self, index: int) -> None:
         """Give back a slot nothing reads any more."""
-        if self.segment_count() > self.keep and self._slots[index].name is not None:
-            self._retire(index)
-            self.free.insert(0, index)  # reused last: it has no segment
-        else:
-            self.free.append(index)
+        self.free.append(index)
 
     def collect(self) -> None:
         """Take back the slots whose views all died. See NOTE [ Zero-copy batches ]."""
@@ -352,17 +343,8 @@ class SlotTable:
                 index = self._freed.get_nowait()
             except queue.Empty:
                 return
+            self.viewed -= 1
             self.release(index)
-
-    def _retire(self, index: int) -> None:
-        mapped = self._maps[index]
-        if mapped is not None:
-            close_map(mapped[1])
-            self._maps[index] = None
-        name = self._slots[index].name
-        unlink_segment(name)
-        self.retired.append(name)
-        self._slots[index] = SlotRef(index, None, 0)
 
     def accept(self, slot: SlotRef) -> None:
         """Record the segment a worker used for ``slot`` (it may be new)."""
@@ -396,8 +378,12 @@ class SlotTable:
         if slot.name is None:
             return SlotReader(None, None)
         mm = self._map(slot)
+        if share and packed.nbytes:
+            self.collect()
+            share = self.viewed < self.max_viewed
         if not share or packed.nbytes == 0:
             return SlotReader(mm, None)
+        self.viewed += 1
         owner = np.frombuffer(mm, np.uint8, count=packed.nbytes)
         weakref.finalize(owner, self._freed.put, slot.index).atexit = False
         return SlotReader(mm, owner)

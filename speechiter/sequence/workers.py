@@ -35,7 +35,6 @@ class Fetch:
     seq: int
     task: Task
     slot: Optional[SlotRef] = None  # process mode: where to put the arrays
-    retired: Tuple[str, ...] = ()  # process mode: segments to unmap, see NOTE [ Slot ownership ]
 
 
 @dataclass(frozen=True)
@@ -126,8 +125,6 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
                 continue
             if isinstance(msg, Stop) or done.is_set():
                 return
-            if msg.retired:
-                writer.forget(msg.retired)
             reply = _build(msg, indexer, wid, writer)
             try:
                 results.send(reply)
