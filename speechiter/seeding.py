@@ -55,15 +55,22 @@ def seeded(seed: int):
     else:
         random.seed(seed)
         np.random.seed(seed & 0xFFFFFFFF)
-    try:
-        import torch
-        torch.manual_seed(seed)
-    except ImportError:  # torch is optional for the engine
-        pass
+    _seed_torch(seed)
     try:
         yield _local.generator
     finally:
         _local.generator, _local.py_random, _local.np_random = previous
+
+
+def _seed_torch(seed: int):
+    try:
+        import torch
+    except ImportError:  # torch is optional for the engine
+        return
+    if torch.cuda.is_initialized():
+        torch.manual_seed(seed)  # also seeds every CUDA device
+    else:  # a hundred times cheaper than torch.manual_seed without CUDA
+        torch.random.default_generator.manual_seed(seed)
 
 
 def isolate_thread_random():
