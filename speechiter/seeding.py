@@ -5,7 +5,9 @@ the batch in the epoch's full plan), never from which worker builds it. So the
 output does not depend on the number of workers, threads or processes, nor on
 where a run resumed. See handbook.md, "Reproducibility".
 """
+import hashlib
 import random
+import struct
 import threading
 import zlib
 from contextlib import contextmanager
@@ -13,6 +15,7 @@ from contextlib import contextmanager
 import numpy as np
 
 _local = threading.local()
+_MASK64 = (1 << 64) - 1
 
 
 def batch_seed(seed: int, epoch: int, position: int, stream: int = 0) -> int:
@@ -20,10 +23,11 @@ def batch_seed(seed: int, epoch: int, position: int, stream: int = 0) -> int:
 
     ``stream`` separates independent seed streams that share one seed, such as
     the iterators of one group (``sup`` and ``unsup``) or distributed ranks.
+    An unkeyed BLAKE2b of the four numbers: about a microsecond, so a plan of
+    100k batches costs 0.1 s.
     """
-    entropy = [int(seed) & 0xFFFFFFFF, int(stream) & 0xFFFFFFFF, int(epoch), int(position)]
-    state = np.random.SeedSequence(entropy).generate_state(2, np.uint32)
-    return (int(state[0]) << 31) ^ int(state[1])
+    data = struct.pack("<4Q", *(int(x) & _MASK64 for x in (seed, stream, epoch, position)))
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
 def stream_id(name: str) -> int:

@@ -9,6 +9,7 @@ on the epoch, cuts it at ``start_step`` and hands the plan to the engine.
 Subclasses override :meth:`batches_generate_fn` only.
 """
 import warnings
+from collections.abc import Sequence
 from typing import Dict, List, Optional, Union
 
 import numpy as np
@@ -280,13 +281,11 @@ class Iterator:
         Each task keeps its position in the full plan and its own seed, so a
         resumed epoch builds the same batches as an uninterrupted one.
         """
-        from speechiter.sequence import Task
         start_step = _non_negative_int(start_step, "start_step")
         batches = self.epoch_batches(epoch)
         if start_step > len(batches):
             raise ConfigError("start_step", f"epoch {epoch} has {len(batches)} batches, got start_step={start_step}")
-        return [Task(position, batches[position], batch_seed(self.seed, epoch, position, self.stream + self.rank))
-                for position in range(start_step, len(batches))]
+        return EpochTasks(batches, start_step, len(batches), self.seed, epoch, self.stream + self.rank)
 
     def build_loader(self, epoch: int = 1, start_step: int = 0, prefetch_next: bool = True,
                      stop_step: Optional[int] = None):
@@ -317,6 +316,37 @@ class Iterator:
                 f"total_batches={len(self.batches)}, batches_per_epoch={len(self)}, min_batch={min(sizes)}, "
                 f"mean_batch={sum(sizes) / len(sizes):.1f}, max_batch={max(sizes)}, shuffle={self.shuffle}, "
                 f"seed={self.seed}, ngpu={self.ngpu}, num_workers={self.num_workers})")
+
+
+class EpochTasks(Sequence):
+    """One epoch's tasks ``[start, stop)``, each built when it is read, so a
+    long epoch costs nothing to plan beyond its shuffle."""
+
+    def __init__(self, batches, start: int, stop: int, seed: int, epoch: int, stream: int):
+        self.batches, self.start, self.stop = batches, start, stop
+        self.seed, self.epoch, self.stream = seed, epoch, stream
+
+    def __len__(self):
+        return self.stop - self.start
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            first, last, step = item.indices(len(self))
+            if step != 1:
+                raise ValueError("EpochTasks slices take no step")
+            return EpochTasks(self.batches, self.start + first, self.start + max(first, last), self.seed,
+                              self.epoch, self.stream)
+        if not -len(self) <= item < len(self):
+            raise IndexError(item)
+        from speechiter.sequence import Task
+        position = self.start + item % len(self)
+        return Task(position, self.batches[position], batch_seed(self.seed, self.epoch, position, self.stream))
+
+    def __eq__(self, other):
+        return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __repr__(self):
+        return f"EpochTasks(epoch {self.epoch}, steps {self.start + 1}..{self.stop})"
 
 
 def clip_batches(batches: List[List[str]], batches_per_epoch: Optional[int], epoch: int) -> List[List[str]]:

@@ -143,7 +143,7 @@ class InlineEngine(_Engine):
 
     def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()):
         self._check_open()
-        self._run = _Run(list(tasks), (), [])
+        self._run = _Run(_as_sequence(tasks), (), [])
         self.stats["prefetched"] = 0
         return self._generate(self._run)
 
@@ -191,7 +191,7 @@ class PoolEngine(_Engine):
 
     def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()):
         self._check_open()
-        tasks, lookahead = list(tasks), list(lookahead)
+        tasks, lookahead = _as_sequence(tasks), _as_sequence(lookahead)
         prefetched = []
         previous = self._run
         if previous is not None:
@@ -386,3 +386,8 @@ class PoolEngine(_Engine):
                 self._pending.clear()
                 if self._slots is not None:
                     self._slots.close()
+
+
+def _as_sequence(tasks) -> Sequence[Task]:
+    """Tasks as given when they can be indexed (a lazy plan stays lazy), else a list."""
+    return tasks if isinstance(tasks, Sequence) else list(tasks)
