@@ -272,7 +272,7 @@ class Iterator:
         batches = clip_batches(self.epoch_view(epoch), self.batches_per_epoch, epoch)
         if self.shuffle:
             order = np.random.RandomState(epoch + self.seed).permutation(len(batches))
-            batches = [batches[i] for i in order]
+            batches = batches.take(order) if isinstance(batches, BatchView) else [batches[i] for i in order]
         return batches
 
     def epoch_tasks(self, epoch: int, start_step: int = 0):
