@@ -312,25 +312,34 @@ def read_feat(value, sample_rate=None):
     """
     file, key = split_chunk_key(value)
     _check_file(file)
+    if not _is_array_file(file):
+        return _read_audio(file, sample_rate)
+    array, stored_rate = _read_array(file, key)
+    x = _to_float32_2d(array, value)
+    if os.path.splitext(file)[1].lower() in _H5_SUFFIXES:
+        if x.shape[0] == 0:
+            raise DataError(f"{value}: dataset has no frames")
+        if sample_rate is not None and stored_rate is not None and int(stored_rate) != int(sample_rate):
+            x = resample(x, stored_rate, sample_rate)
+    return x
+
+
+def _is_array_file(file: str) -> bool:
+    return os.path.splitext(file)[1].lower() in (*_H5_SUFFIXES, ".npz", ".npy")
+
+
+def _read_array(file: str, key):
+    """``(array, stored sample rate or None)`` of a .hdf5/.h5 (with key), .npz or .npy file."""
     suffix = os.path.splitext(file)[1].lower()
     if suffix in _H5_SUFFIXES:
         if key is None:
             raise DataError(f"{file}: an HDF5 entry needs a key, as '{file}:<key>'")
-        array, stored_rate = _read_h5_dataset(file, key)
-        where = f"{file}:{key}"
-        x = _to_float32_2d(array, where)
-        if x.shape[0] == 0:
-            raise DataError(f"{where}: dataset has no frames")
-        if sample_rate is not None and stored_rate is not None and int(stored_rate) != int(sample_rate):
-            x = resample(x, stored_rate, sample_rate)
-        return x
+        return _read_h5_dataset(file, key)
     if suffix == ".npz":
-        return _to_float32_2d(_load_npz_entry(file, key), value)
+        return _load_npz_entry(file, key), None
     if key is not None:  # pragma: no cover - _CHUNK_RE only matches chunk suffixes
-        raise DataError(f"{value}: keys are only supported for .hdf5/.h5/.npz files")
-    if suffix == ".npy":
-        return _to_float32_2d(_load_npy(file), file)
-    return _read_audio(file, sample_rate)
+        raise DataError(f"{file}:{key}: keys are only supported for .hdf5/.h5/.npz files")
+    return _load_npy(file), None
 
 
 def read_vector(value):
@@ -341,17 +350,9 @@ def read_vector(value):
     """
     file, key = split_chunk_key(value)
     _check_file(file)
-    suffix = os.path.splitext(file)[1].lower()
-    if suffix in _H5_SUFFIXES:
-        if key is None:
-            raise DataError(f"{file}: an HDF5 entry needs a key, as '{file}:<key>'")
-        array, _ = _read_h5_dataset(file, key)
-    elif suffix == ".npz":
-        array = _load_npz_entry(file, key)
-    elif suffix == ".npy":
-        array = _load_npy(file)
-    else:
+    if not _is_array_file(file):
         raise DataError(f"{file}: a vector must be a .npy, .npz or .hdf5:key entry")
+    array, _ = _read_array(file, key)
     array = np.asarray(array)
     if array.dtype.kind not in "biuf":
         raise DataError(f"{value}: expected a numeric vector, got dtype {array.dtype}")
