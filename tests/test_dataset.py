@@ -79,8 +79,9 @@ def test_spk_feat_from_npy_and_hdf5(corpus, tmp_path):
         for i, uid in enumerate(ids[2:4]):
             f[uid] = np.full(4, 10 + i, dtype=np.float32)
     pairs = [(uid, f"{uid}.npy") for uid in ids[:2]] + [(uid, f"spk.hdf5:{uid}") for uid in ids[2:4]]
-    dataset = SpeechTextDataset(main_data={"text": str(corpus / "idx2text"),
-                                           "spk_feat": write_idx2(tmp_path / "idx2spk_feat", pairs)})
+    with pytest.warns(UserWarning, match="16 missing from spk_feat"):
+        dataset = SpeechTextDataset(main_data={"text": str(corpus / "idx2text"),
+                                               "spk_feat": write_idx2(tmp_path / "idx2spk_feat", pairs)})
     batch = dataset.get_batch(ids[:4])
     assert batch["spk_feat"].shape == (4, 4)
     np.testing.assert_array_equal(batch["spk_feat"][:, 0], [0, 1, 10, 11])
