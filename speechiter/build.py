@@ -18,7 +18,7 @@ from speechiter.registry import check_keywords, resolve_class
 
 # Iterator parameters the run supplies; a data_cfg conf may still set them.
 RUN_SETTINGS = ("seed", "ngpu", "num_workers", "pin_memory", "distributed", "rank", "world_size", "engine",
-                "thread_type", "out_type", "buffer")
+                "thread_type", "out_type", "buffer", "start_method")
 
 
 def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, **settings) -> Dict[str, Any]:
@@ -26,7 +26,7 @@ def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, 
 
     Returns ``{"train": Iterator | {name: Iterator}, "valid": ..., "test": {set: Iterator | {name: Iterator}}}``
     for the groups present (or those named in ``groups``). ``settings`` are
-    further Iterator arguments for every iterator: ngpu, engine, thread_type,
+    further Iterator arguments for every iterator: ngpu, engine, thread_type, start_method,
     out_type, buffer, distributed, rank, world_size, pin_memory.
     """
     unknown = sorted(set(settings) - set(RUN_SETTINGS))

@@ -98,11 +98,12 @@ def engine_of(iterator):
 def _make_engine(iterator):
     reader = DatasetReader(iterator.dataset)
     if iterator.engine == "torch":
-        return TorchEngine(reader, iterator.num_workers, iterator.out_type)
+        return TorchEngine(reader, iterator.num_workers, iterator.out_type, start_method=iterator.start_method)
     from speechiter.sequence import MSequence
     workers = 0 if iterator.engine == "inline" else iterator.num_workers
     sequence = MSequence(reader, dset_size=len(iterator.dataset), num_workers=workers, batch_size=1,
                          buffer=iterator.buffer, shuffle=False, thread_type=iterator.thread_type,
+                         start_method=iterator.start_method,
                          out_type=iterator.out_type)
     return _SequenceEngine(sequence, in_process=workers == 0)
 
@@ -161,10 +162,13 @@ class TorchEngine:
     """torch.utils.data.DataLoader over the same tasks (persistent workers,
     prefetch_factor 4), for comparison with msequence."""
 
-    def __init__(self, reader, num_workers: int, out_type: str, prefetch_factor: int = 4):
+    def __init__(self, reader, num_workers: int, out_type: str, prefetch_factor: int = 4,
+                 start_method: Optional[str] = None):
         import torch.utils.data
         self.sampler = _PlanSampler()
-        extra = dict(persistent_workers=True, prefetch_factor=prefetch_factor) if num_workers > 0 else {}
+        extra = {}
+        if num_workers > 0:
+            extra = dict(persistent_workers=True, prefetch_factor=prefetch_factor, multiprocessing_context=start_method)
         self.loader = torch.utils.data.DataLoader(_TaskDataset(reader), batch_size=None, sampler=self.sampler,
                                                   num_workers=num_workers, **extra)
         self.device = _device(out_type)

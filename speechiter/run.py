@@ -34,6 +34,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num_workers", type=int, default=1, help="0 loads in the main process")
     parser.add_argument("--engine", choices=("msequence", "inline", "torch"), default="msequence")
     parser.add_argument("--thread_type", choices=("proc", "thread"), default="proc")
+    parser.add_argument("--start_method", choices=("fork", "spawn", "forkserver"),
+                        help="how process workers start (default: fork on Linux)")
     parser.add_argument("--out_type", default="cpu", help="cpu, cuda, cuda:N or null")
     parser.add_argument("--ngpu", type=int, default=1, help="make every batch divisible by ngpu")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -192,6 +194,7 @@ def run(args) -> int:
     groups = ("train", "valid") if mode == "train" else ("test",)
     iterators = build_iterators(data_cfg, seed=args.seed, num_workers=args.num_workers, groups=groups,
                                 engine=args.engine, thread_type=args.thread_type, out_type=args.out_type,
+                                start_method=args.start_method,
                                 ngpu=args.ngpu, rank=rank, world_size=world_size)
     run_ = Run(args, iterators, rank)
     try:

@@ -143,7 +143,8 @@ def test_engines_and_worker_counts_give_identical_dumps(tmp_path, corpus):
     cfg = write_cfg(tmp_path, corpus)
     dumps = []
     for args in (["--engine", "inline"], ["--num_workers", 0], ["--num_workers", 2],
-                 ["--num_workers", 2, "--thread_type", "thread"], ["--engine", "torch", "--num_workers", 2]):
+                 ["--num_workers", 2, "--thread_type", "thread"], ["--engine", "torch", "--num_workers", 2],
+                 ["--num_workers", 2, "--start_method", "spawn"]):
         dump = tmp_path / f"dump{len(dumps)}.jsonl"
         result = run_cli("--data_cfg", cfg, "--epochs", 2, "--quiet", "--dump_batches", dump, *args)
         assert result.returncode == 0, result.stderr

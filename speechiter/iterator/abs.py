@@ -48,6 +48,8 @@ class Iterator:
         rank, world_size: override the distributed rank and world size.
         engine: ``msequence`` (default), ``inline`` or ``torch``.
         thread_type: ``proc`` or ``thread`` workers of the msequence engine.
+        start_method: how ``proc`` workers start: ``fork`` (the default on
+            Linux), ``spawn`` or ``forkserver``.
         out_type: ``cpu`` (torch tensors), ``cuda`` or ``null`` (numpy).
         buffer: batches in flight; default 2 per worker (at least 2).
         name: the iterator's name in reports (``train/sup``); also names its
@@ -62,6 +64,7 @@ class Iterator:
                  num_workers: int = 1, pin_memory: bool = False, distributed: bool = False,
                  rank: Optional[int] = None, world_size: Optional[int] = None, engine: str = "msequence",
                  thread_type: str = "proc", out_type: str = "cpu", buffer: Optional[int] = None,
+                 start_method: Optional[str] = None,
                  name: Optional[str] = None, **iter_conf):
         self.batches_per_epoch = _positive_int_or_none(batches_per_epoch, "batches_per_epoch")
         self.ngpu = _positive_int(ngpu, "ngpu")
@@ -75,6 +78,7 @@ class Iterator:
         if is_descending not in (True, False, None):
             raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
         self.engine, self.thread_type, self.out_type = engine, thread_type, out_type
+        self.start_method = start_method
         self.buffer = buffer if buffer is not None else max(2, 2 * self.num_workers)
         self.name = name or type(self).__name__
         self.stream = stream_id(self.name)
