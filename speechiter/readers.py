@@ -251,7 +251,14 @@ def _check_file(file):
 
 def _read_audio(file, sample_rate):
     try:
-        x, sr = soundfile.read(file, dtype="float32", always_2d=True)
+        with soundfile.SoundFile(file) as f:
+            sr = f.samplerate
+            if f.subtype == "PCM_16":
+                # libsndfile's own int16 -> float32 (x / 32768) is 4x slower than numpy's; same bits.
+                x = f.read(dtype="int16", always_2d=True).astype(np.float32)
+                x *= np.float32(1 / 32768)
+            else:
+                x = f.read(dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         raise DataError(f"{file}: cannot read audio ({e})") from None
     if x.shape[0] == 0:

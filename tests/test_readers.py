@@ -423,3 +423,16 @@ def test_read_vector_errors(tmp_path):
         read_vector(str(p))
     with pytest.raises(DataError, match="no dataset 'b'"):
         read_vector(f"{p}:b")
+
+
+@pytest.mark.parametrize("fmt, subtype", [("wav", "PCM_16"), ("flac", "PCM_16"), ("wav", "PCM_24"), ("wav", "FLOAT")])
+def test_read_feat_matches_soundfile_float32_bit_for_bit(tmp_path, fmt, subtype):
+    # PCM_16 takes a faster int16 path; the samples must be the same as libsndfile's float32 read.
+    x = np.concatenate([np.array([-32768, 32767, 0, 1, -1], dtype=np.int16),
+                        np.random.default_rng(3).integers(-32768, 32768, 5000).astype(np.int16)])
+    path = tmp_path / f"a.{fmt}"
+    soundfile.write(path, np.stack([x, x[::-1]], axis=1), 16000, subtype=subtype)
+    expected, _ = soundfile.read(path, dtype="float32", always_2d=True)
+    got = read_feat(str(path))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, expected)
