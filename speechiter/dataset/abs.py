@@ -322,6 +322,21 @@ class DatasetReader:
         return self.dataset.get_batch(ids)
 
 
+def pad_stack(values: Sequence[np.ndarray], dtype) -> np.ndarray:
+    """Stack arrays of different lengths (first axis), zero-padded at the end.
+
+    The result comes from :func:`speechiter.sequence.batch_empty`: in process
+    workers it is built right in the shared memory the batch travels in.
+    """
+    from speechiter.sequence import batch_empty
+    longest = max(v.shape[0] for v in values)
+    padded = batch_empty((len(values), longest) + values[0].shape[1:], dtype)
+    for row, value in zip(padded, values):
+        row[:value.shape[0]] = value
+        row[value.shape[0]:] = 0
+    return padded
+
+
 def collate_values(name: str, values: List) -> List[tuple]:
     """Collate one named list of per-utterance values (see collate_main_data_fn)."""
     first = values[0]
@@ -332,10 +347,7 @@ def collate_values(name: str, values: List) -> List[tuple]:
                             f"({sorted(set(v.shape[1:] for v in values))})")
         if first.ndim == 0 or (lengths == lengths[0]).all():
             return [(name, np.stack(values))]
-        padded = np.zeros((len(values), int(lengths.max())) + first.shape[1:], dtype=first.dtype)
-        for row, value in zip(padded, values):
-            row[:value.shape[0]] = value
-        return [(name, padded), (f"{name}_len", lengths)]
+        return [(name, pad_stack(values, first.dtype)), (f"{name}_len", lengths)]
     if isinstance(first, (bool, np.bool_)):
         return [(name, np.array(values, dtype=bool))]
     if isinstance(first, (int, np.integer)):

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from speechiter.dataset.abs import Dataset, collate_values
+from speechiter.dataset.abs import Dataset, collate_values, pad_stack
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
 from speechiter.readers import read_feat, read_vector, resample, resampled_length
@@ -175,10 +175,7 @@ class SpeechTextDataset(Dataset):
                 if len(dims) > 1:
                     raise DataError(f"feat: utterances of one batch have different channel/feature "
                                     f"dimensions {sorted(dims)}")
-                feat = np.zeros((len(values), int(feat_len.max()), dims.pop()), dtype=np.float32)
-                for row, value in zip(feat, values):
-                    row[:value.shape[0]] = value
-                batch["feat"], batch["feat_len"] = feat, feat_len
+                batch["feat"], batch["feat_len"] = pad_stack(values, np.float32), feat_len
             elif key == "spk_feat":
                 batch[key] = np.stack(values).astype(np.float32, copy=False)
             elif key == "duration":

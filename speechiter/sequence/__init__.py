@@ -1,5 +1,6 @@
 """The MSequence engine: scheduler, workers, shared-memory transport, converters."""
 from speechiter.sequence.fetch import Task, fetch
 from speechiter.sequence.msequence import MSequence
+from speechiter.sequence.shm import batch_empty
 
-__all__ = ["MSequence", "Task", "fetch"]
+__all__ = ["MSequence", "Task", "batch_empty", "fetch"]

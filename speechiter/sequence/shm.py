@@ -38,6 +38,14 @@ export of the mmap object, so :meth:`SlotTable.close` cannot unmap memory a
 view still reads: ``mmap.close()`` refuses (see :func:`close_map`) and the
 mapping goes when its last view does, long after its name was unlinked.
 
+NOTE [ Batch arrays in place ]
+While a process worker builds a batch, :func:`batch_empty` hands out space in
+the slot the batch will travel in (an :class:`Arena`), so a dataset that
+builds its padded arrays with it (SpeechTextDataset does) fills the slot
+directly, and :meth:`SlotWriter.pack` copies only the other arrays. If the
+batch then does not fit, the whole batch moves to a new, larger segment as
+usual. Such arrays must not outlive the batch: the slot is reused.
+
 NOTE [ Segment cleanup ]
 Segments are created and unlinked with ``_posixshmem`` directly, not with
 ``multiprocessing.shared_memory``: in Python 3.11 that class registers every
@@ -54,7 +62,9 @@ import os
 import queue
 import secrets
 import sys
+import threading
 import weakref
+from contextlib import contextmanager
 from typing import Any, List, NamedTuple, Optional
 
 import numpy as np
@@ -129,6 +139,54 @@ def leftover_segments(prefix: str) -> List[str]:
         return []
 
 
+class Arena:
+    """Space in the slot a batch will travel in, handed out while the batch is
+    built, so its big arrays need no second copy. See NOTE [ Batch arrays in
+    place ]."""
+
+    def __init__(self, mm: mmap.mmap, size: int):
+        self._whole = np.frombuffer(mm, dtype=np.uint8, count=size)
+        self.base = self._whole.ctypes.data
+        self.size = size
+        self.used = 0
+
+    def allocate(self, shape, dtype) -> Optional[np.ndarray]:
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        offset = -(-self.used // _ALIGN) * _ALIGN
+        if nbytes == 0 or dtype.hasobject or offset + nbytes > self.size:
+            return None
+        self.used = offset + nbytes
+        return self._whole[offset:offset + nbytes].view(dtype).reshape(shape)
+
+    def offset_of(self, array: np.ndarray) -> Optional[int]:
+        """The array's offset in the slot, if it lies in space handed out here."""
+        if array.nbytes == 0 or not array.flags.c_contiguous:
+            return None
+        offset = array.ctypes.data - self.base
+        return offset if 0 <= offset and offset + array.nbytes <= self.used else None
+
+    def release(self):
+        self._whole = None
+
+
+_building = threading.local()
+
+
+def batch_empty(shape, dtype=np.float32) -> np.ndarray:
+    """An uninitialised array for the batch being built.
+
+    In a process worker it is carved from the shared-memory slot the batch
+    will travel in, so it crosses to the main process without another copy;
+    elsewhere (threads, the main process, no room) it is ``np.empty``. Fill
+    every element (padding included), and do not keep it after the batch is
+    returned: its memory is reused for later batches.
+    """
+    arena = getattr(_building, "arena", None)
+    array = arena.allocate(shape, dtype) if arena is not None else None
+    return array if array is not None else np.empty(shape, dtype)
+
+
 class SlotRef(NamedTuple):
     """A slot of the table: its index and current segment (None = no segment yet)."""
 
@@ -168,17 +226,23 @@ def torch_module():
 class _Packer:
     """Replaces arrays by ArrayRefs and lays them out, 64-byte aligned."""
 
-    def __init__(self):
+    def __init__(self, arena: Optional[Arena] = None):
+        self.arena = arena
         self.arrays = []
         self.refs = []
-        self.total = 0
+        self.in_place = []  # whether each array already lies in the slot at its offset
+        self.total = arena.used if arena is not None else 0
 
     def _add(self, array: np.ndarray, tensor: Optional[str]):
-        offset = -(-self.total // _ALIGN) * _ALIGN
+        offset = self.arena.offset_of(array) if self.arena is not None else None
+        in_place = offset is not None
+        if not in_place:
+            offset = -(-self.total // _ALIGN) * _ALIGN
+            self.total = offset + array.nbytes
         ref = ArrayRef(offset, array.dtype, array.shape, tensor)
         self.arrays.append(array)
         self.refs.append(ref)
-        self.total = offset + array.nbytes
+        self.in_place.append(in_place)
         return ref
 
     def walk(self, obj):
@@ -256,17 +320,35 @@ class SlotWriter:
         self._maps[slot.index] = (name, mm)
         return SlotRef(slot.index, name, size), mm
 
-    def pack(self, batch, slot: SlotRef) -> Packed:
-        packer = _Packer()
+    @contextmanager
+    def building(self, slot: SlotRef):
+        """While a batch is built for ``slot``: :func:`batch_empty` carves from it."""
+        arena = None
+        if slot.name is not None and slot.size > 0:
+            slot, mm = self._mapping(slot, 0)
+            arena = Arena(mm, slot.size)
+        _building.arena = arena
+        try:
+            yield arena
+        finally:
+            _building.arena = None
+            if arena is not None:
+                arena.release()
+
+    def pack(self, batch, slot: SlotRef, arena: Optional[Arena] = None) -> Packed:
+        packer = _Packer(arena)
         skeleton = packer.walk(batch)
         if not packer.arrays:
             return Packed(skeleton, slot)
-        slot, mm = self._mapping(slot, packer.total)
-        for array, ref in zip(packer.arrays, packer.refs):
+        target_slot, mm = self._mapping(slot, max(packer.total, arena.used if arena is not None else 0))
+        moved = target_slot.name != slot.name  # a new, larger segment: in-place arrays move too
+        for array, ref, in_place in zip(packer.arrays, packer.refs, packer.in_place):
+            if in_place and not moved:
+                continue
             target = np.ndarray(ref.shape, ref.dtype, buffer=mm, offset=ref.offset)
             np.copyto(target, array, casting="no")
             del target
-        return Packed(skeleton, slot, packer.total)
+        return Packed(skeleton, target_slot, packer.total)
 
     def close(self):
         for _, mm in self._maps.values():

@@ -74,10 +74,10 @@ def _failure(seq, wid, error: BaseException) -> Failed:
 
 def _build(msg: Fetch, indexer, wid: int, writer: Optional[SlotWriter]):
     try:
-        batch = fetch(indexer, msg.task)
-        if writer is not None:
-            batch = writer.pack(batch, msg.slot)
-        return Done(msg.seq, wid, batch)
+        if writer is None:
+            return Done(msg.seq, wid, fetch(indexer, msg.task))
+        with writer.building(msg.slot) as arena:  # See NOTE [ Batch arrays in place ]
+            return Done(msg.seq, wid, writer.pack(fetch(indexer, msg.task), msg.slot, arena))
     except Exception as error:
         return _failure(msg.seq, wid, error)
 
