@@ -118,14 +118,13 @@ class Converter:
             skeleton, shared = raw.skeleton, True
         else:
             skeleton, shared = raw, False
-        if self.out_type == "null":
-            return walk(skeleton, self._null_leaf(resolver)), None
-        if self.out_type == "cpu":
-            return walk(skeleton, self._cpu_leaf(resolver)), None
+        if self.out_type in ("null", "cpu"):
+            return walk(skeleton, self._host_leaf(resolver, tensors=self.out_type == "cpu")), None
         return self._to_cuda(skeleton, resolver, shared)
 
     @staticmethod
-    def _null_leaf(resolver):
+    def _host_leaf(resolver, tensors: bool):
+        """Arrays out of their slot (views when shared); numeric ones as torch tensors when ``tensors``."""
         copy = resolver is None or not resolver.shared
 
         def leaf(obj):
@@ -133,25 +132,12 @@ class Converter:
                 view = resolver(obj)
                 if obj.tensor:
                     return _tensor_from_view(view, obj.tensor, copy)
-                return np.array(view) if copy else view
-            return obj
-        return leaf
-
-    @staticmethod
-    def _cpu_leaf(resolver):
-        copy = resolver is None or not resolver.shared
-
-        def leaf(obj):
-            if type(obj) is ArrayRef:
-                view = resolver(obj)
-                if obj.tensor:
-                    return _tensor_from_view(view, obj.tensor, copy)
-                if _numeric(view.dtype):
+                if tensors and _numeric(view.dtype):
                     return _from_numpy(view, copy=copy)
                 return np.array(view) if copy else view
-            if isinstance(obj, np.ndarray):
+            if tensors and isinstance(obj, np.ndarray):
                 return _from_numpy(obj, copy=False) if _numeric(obj.dtype) else obj
-            return obj  # a tensor already
+            return obj  # a tensor already, or not an array
         return leaf
 
     # NOTE [ CUDA copies ]
