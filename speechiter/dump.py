@@ -32,7 +32,7 @@ def _feed(digest, value):
         data = value.encode("utf-8")
         digest.update(b"s%d:" % len(data) + data)
     elif isinstance(value, (np.ndarray, np.generic)) or _is_tensor(value):
-        array = _to_numpy(value)
+        array = to_numpy(value)
         header = f"a{array.dtype.str}{array.shape}:".encode()
         digest.update(header)
         digest.update(np.ascontiguousarray(array).tobytes())
@@ -44,7 +44,7 @@ def _is_tensor(value) -> bool:
     return type(value).__module__.startswith("torch") and hasattr(value, "detach")
 
 
-def _to_numpy(value) -> np.ndarray:
+def to_numpy(value) -> np.ndarray:
     if isinstance(value, np.ndarray):
         return value
     if isinstance(value, np.generic):

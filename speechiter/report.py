@@ -2,7 +2,8 @@
 import json
 from typing import Any, Dict, Optional
 
-import numpy as np
+
+from speechiter.dump import to_numpy
 
 
 class IteratorStats:
@@ -26,7 +27,7 @@ class IteratorStats:
         self.utterances += len(ids)
         feat, feat_len = _get(batch, "feat"), _get(batch, "feat_len")
         if feat is not None and feat_len is not None:
-            lengths = _numpy(feat_len)
+            lengths = to_numpy(feat_len)
             real = int(lengths.sum())
             self.real_frames += real
             self.padded_frames += int(feat.shape[0] * feat.shape[1])
@@ -94,10 +95,6 @@ class RunReport:
 
 def _get(batch, key):
     return batch.get(key) if isinstance(batch, dict) else None
-
-
-def _numpy(value) -> np.ndarray:
-    return value if isinstance(value, np.ndarray) else value.detach().cpu().numpy()
 
 
 def _pct(value) -> str:

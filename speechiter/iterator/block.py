@@ -70,8 +70,3 @@ def block_bounds(lengths: np.ndarray, batch_len: float) -> np.ndarray:
     if count:
         bounds.append(count)
     return np.array(bounds, dtype=np.int64)
-
-
-def block_batches(ids: List[str], lengths: List[float], batch_len: float) -> List[List[str]]:
-    """The block rule on ids in order (see BlockIterator)."""
-    return batches_from_bounds(list(ids), block_bounds(np.asarray(lengths, dtype=np.float64), batch_len))
