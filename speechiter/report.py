@@ -2,7 +2,6 @@
 import json
 from typing import Any, Dict, Optional
 
-
 from speechiter.dump import to_numpy
 
 
