@@ -33,6 +33,7 @@ import numpy as np
 import soundfile
 
 from speechiter.errors import DataError
+from speechiter.flac import read_flac
 
 __all__ = [
     "RESAMPLE_QUALITY",
@@ -250,6 +251,19 @@ def _check_file(file):
 
 
 def _read_audio(file, sample_rate):
+    flac = read_flac(file) if file.lower().endswith(".flac") else None
+    if flac is not None:
+        x, sr = flac
+    else:
+        x, sr = _read_soundfile(file)
+    if x.shape[0] == 0:
+        raise DataError(f"{file}: audio has no frames")
+    if sample_rate is not None and int(sr) != int(sample_rate):
+        x = resample(x, sr, sample_rate)
+    return x
+
+
+def _read_soundfile(file):
     try:
         with soundfile.SoundFile(file) as f:
             sr = f.samplerate
@@ -261,11 +275,7 @@ def _read_audio(file, sample_rate):
                 x = f.read(dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         raise DataError(f"{file}: cannot read audio ({e})") from None
-    if x.shape[0] == 0:
-        raise DataError(f"{file}: audio has no frames")
-    if sample_rate is not None and int(sr) != int(sample_rate):
-        x = resample(x, sr, sample_rate)
-    return x
+    return x, sr
 
 
 def _load_npy(file):
@@ -298,11 +308,11 @@ def read_feat(value, sample_rate=None):
 
     ``value`` is a resolved path (see :func:`resolve_data_path`):
 
-    - audio (wav, flac, ogg, anything libsndfile reads): decoded to float32 in
-      [-1, 1); if ``sample_rate`` is given and the file has another rate it is
-      resampled with soxr at :data:`RESAMPLE_QUALITY` (~0.15 ms of CPU per
-      second of audio) to exactly ``resampled_length(T, sr, sample_rate)``
-      frames;
+    - audio (wav, flac, ogg, anything libsndfile reads; FLAC with dr_flac,
+      see :mod:`speechiter.flac`): decoded to float32 in [-1, 1); if
+      ``sample_rate`` is given and the file has another rate it is resampled
+      with soxr at :data:`RESAMPLE_QUALITY` (~0.15 ms of CPU per second of
+      audio) to exactly ``resampled_length(T, sr, sample_rate)`` frames;
     - ``.npy``: a 2-D array is kept, a 1-D one becomes (T, 1);
     - ``.npz``: its single array, or ``file.npz:key``;
     - ``file.hdf5:key`` / ``file.h5:key``: the dataset ``key``. If the dataset
