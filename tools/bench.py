@@ -84,20 +84,32 @@ def bench_engines(corpus: Path, workers: int, batch_seconds: float, epochs: int)
     return {name: (statistics.median(rates[name]), firsts[name]) for name in ENGINES}
 
 
-def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: float, short=3, count=20):
-    """Seconds for `count` epochs of `short` batches / seconds for one epoch of the same number of batches."""
-    results = []
-    for per_epoch, epochs in ((short * count, 1), (short, count)):
-        iterator = make_iterator(corpus, settings, workers, batch_seconds, batches_per_epoch=per_epoch)
-        try:
-            consume(iterator.build_loader(1, prefetch_next=True))  # start the workers
-            start = time.perf_counter()
-            for epoch in range(2, 2 + epochs):
-                consume(iterator.build_loader(epoch, prefetch_next=epoch < 1 + epochs))
-            results.append(time.perf_counter() - start)
-        finally:
+def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: float, short=3, count=20,
+                           rounds=3):
+    """Seconds for `count` epochs of `short` batches / seconds for one epoch of the same number of batches.
+
+    The two are timed in turn, `rounds` times, and the medians compared, so a
+    burst of load from elsewhere on the machine does not land on one side only.
+    """
+    plans = {"long": (short * count, 1), "short": (short, count)}
+    iterators = {side: make_iterator(corpus, settings, workers, batch_seconds, batches_per_epoch=per_epoch)
+                 for side, (per_epoch, _) in plans.items()}
+    seconds = {side: [] for side in plans}
+    try:
+        for iterator in iterators.values():
+            consume(iterator.build_loader(1))  # start the workers
+        epoch = 2
+        for _ in range(rounds):
+            for side, (_, epochs) in plans.items():
+                start = time.perf_counter()
+                for last in range(epoch, epoch + epochs):
+                    consume(iterators[side].build_loader(last, prefetch_next=last < epoch + epochs - 1))
+                seconds[side].append(time.perf_counter() - start)
+            epoch += count
+    finally:
+        for iterator in iterators.values():
             iterator.close()
-    return results[1] / results[0]
+    return statistics.median(seconds["short"]) / statistics.median(seconds["long"])
 
 
 def bench_resume(corpus: Path, workers: int, start_step: int = 10_000):
@@ -131,7 +143,8 @@ def run_engines(args):
                 print(f"{name:<18}{rate:>11.1f}{rate / rows['inline'][0]:>10.2f}{rate / rows['torch'][0]:>10.2f}"
                       f"{first:>15.3f}")
             if fmt == args.formats[0]:
-                print("\nepoch boundaries: 20 short epochs / 1 epoch of the same number of batches (target <= 1.1)")
+                print("\nepoch boundaries: 20 short epochs / 1 epoch of the same number of batches "
+                      "(median of 3 rounds in turn; target <= 1.1)")
                 print(f"{'engine':<18}{'10 per epoch':>13}{'3 per epoch':>13}")
                 for name in ("msequence proc", "msequence thread", "torch"):
                     ratios = [bench_epoch_boundaries(corpus, ENGINES[name], args.workers, args.batch_seconds, short=n)
