@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import speechiter
-from speechiter.seeding import batch_seed, isolate_thread_random, seeded, stream_id
+from speechiter.seeding import batch_seed, isolate_thread_random, permutation, seeded, stream_id
 
 
 def draws(seed):
@@ -53,3 +53,22 @@ def test_threads_get_the_same_numbers_as_a_single_thread():
     first = random.random()
     random.seed(3)
     assert random.random() == first
+
+
+def test_permutation_is_randomstate_permutation_in_every_thread():
+    expected = {seed: np.random.RandomState(seed).permutation(50) for seed in (0, 7, 2**32 - 1)}
+    results = {}
+
+    def shuffle(name):
+        results[name] = {seed: permutation(seed, 50) for seed in (7, 0, 2**32 - 1)}
+
+    threads = [threading.Thread(target=shuffle, args=(f"t{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    shuffle("main")
+    for t in threads:
+        t.join(timeout=30)
+    assert len(results) == 4
+    for got in results.values():
+        for seed, order in got.items():
+            np.testing.assert_array_equal(order, expected[seed])

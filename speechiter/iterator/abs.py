@@ -19,7 +19,7 @@ from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2_numbers, read_idx2_table
 from speechiter.plan import (BatchView, Column, IdIndex, IdList, LengthMap, SortedIds, batch_lengths,
                              batches_from_bounds, decode_ids, encode_ids, is_vectorised, vectorised)
-from speechiter.seeding import batch_seed, stream_id
+from speechiter.seeding import batch_seed, permutation, stream_id
 from speechiter.state import fingerprint, view_fingerprint
 
 ENGINES = ("msequence", "inline", "torch")
@@ -275,7 +275,7 @@ class Iterator:
         """The epoch's full plan: the clipped, shuffled batching view."""
         batches = clip_batches(self.epoch_view(epoch), self.batches_per_epoch, epoch)
         if self.shuffle:
-            order = np.random.RandomState(epoch + self.seed).permutation(len(batches))
+            order = permutation(epoch + self.seed, len(batches))
             batches = batches.take(order) if isinstance(batches, BatchView) else [batches[i] for i in order]
         return batches
 
