@@ -63,11 +63,21 @@ class Loader:
     def plan(self) -> List[List[str]]:
         return [task.ids for task in self.tasks]
 
+    def _following_tasks(self, count: int) -> List:
+        """The first ``count`` tasks after this epoch: the next epoch's, then,
+        if it is shorter, the one after's, and so on."""
+        tasks, epoch = [], self.epoch
+        while len(tasks) < count:
+            epoch += 1
+            following = self.iterator.epoch_tasks(epoch)
+            if not len(following):
+                break
+            tasks.extend(following[:count - len(tasks)])
+        return tasks
+
     def __iter__(self):
         engine = engine_of(self.iterator)
-        lookahead = ()
-        if self.prefetch_next:
-            lookahead = self.iterator.epoch_tasks(self.epoch + 1)[:self.iterator.buffer]
+        lookahead = self._following_tasks(self.iterator.buffer) if self.prefetch_next else ()
         started = time.perf_counter()
         batches = engine.iterate(self.tasks, lookahead)
         try:

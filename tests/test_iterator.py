@@ -7,6 +7,7 @@ from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator, clip_batches, make_divisible, rank_share
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.piece import PieceIterator
+from speechiter.loader import Loader, engine_of
 
 
 @pytest.fixture
@@ -111,6 +112,23 @@ def test_epoch_tasks_keep_position_and_seed_on_resume(lengths_corpus):
     assert [t.position for t in full] == list(range(len(full)))
     with pytest.raises(ConfigError, match="start_step"):
         iterator.epoch_tasks(2, start_step=len(full) + 1)
+
+
+@pytest.mark.timeout(60)
+def test_prefetch_reaches_past_epochs_shorter_than_the_buffer(lengths_corpus):
+    _, _, root = lengths_corpus
+    iterator = make(PieceIterator, root, batch_size=4, batches_per_epoch=2, engine="msequence",
+                    thread_type="thread", num_workers=2, buffer=5)
+    following = Loader(iterator, 1)._following_tasks(5)
+    assert following == [*iterator.epoch_tasks(2), *iterator.epoch_tasks(3), *iterator.epoch_tasks(4)[:1]]
+    try:
+        got = [[b["text"] for b in iterator.build_loader(epoch)] for epoch in range(1, 5)]
+        assert engine_of(iterator).sequence.stats["prefetched"] == 2
+    finally:
+        iterator.close()
+    texts = [[[f"words {int(u[3:])}" for u in batch] for batch in iterator.epoch_batches(epoch)]
+             for epoch in range(1, 5)]
+    assert got == texts
 
 
 def test_make_divisible_moves_remainders_forward():

@@ -17,12 +17,14 @@ changes the batch: its randomness comes only from Task.seed, see fetch.py.
 
 NOTE [ Lookahead ]
 ``iterate(tasks, lookahead)``: once every task of ``tasks`` is dispatched,
-free buffer places go to ``lookahead`` (the next epoch's first tasks), so the
-workers do not idle at the epoch boundary. The next ``iterate()`` call keeps
-the prefetched results for its leading tasks that equal them (position, ids,
-seed) and discards the rest: a discarded task's result is dropped, and its slot
-released, when it arrives. A call made while the previous generator is not
-exhausted supersedes it the same way.
+free buffer places go to ``lookahead`` (the tasks that come next: the next
+epoch's first ones, and the epoch after's when an epoch is shorter than the
+buffer), so the workers do not idle at the epoch boundary. The next
+``iterate()`` call keeps the prefetched results for its leading tasks that equal
+them (position, ids, seed), then, once all its tasks are matched, those that
+equal its own lookahead's first tasks; it discards the rest: a discarded task's
+result is dropped, and its slot released, when it arrives. A call made while
+the previous generator is not exhausted supersedes it the same way.
 
 NOTE [ Never wait forever ]
 The consumer never blocks without a timeout: it polls for results at most
@@ -198,14 +200,14 @@ class PoolEngine(_Engine):
             for p in previous.entries[previous.consumed:]:
                 self._discard(p)
             prefetched = previous.ahead
-        reused = 0
-        while reused < min(len(prefetched), len(tasks)) and same_task(prefetched[reused].task, tasks[reused]):
-            reused += 1
-        for p in prefetched[reused:]:
+        reused = _leading_matches(prefetched, tasks)
+        entries, prefetched = prefetched[:reused], prefetched[reused:]
+        ahead = _leading_matches(prefetched, lookahead) if reused == len(tasks) else 0
+        for p in prefetched[ahead:]:
             self._discard(p)
-        entries = prefetched[:reused]
         self.stats["prefetched"] = reused
         self._run = _Run(tasks, lookahead, entries)
+        self._run.ahead = prefetched[:ahead]
         self._dispatch()
         return self._generate(self._run)
 
@@ -386,6 +388,14 @@ class PoolEngine(_Engine):
                 self._pending.clear()
                 if self._slots is not None:
                     self._slots.close()
+
+
+def _leading_matches(prefetched: List[_Pending], tasks: Sequence[Task]) -> int:
+    """How many of ``prefetched``, from the first, are ``tasks``' first ones."""
+    n = 0
+    while n < min(len(prefetched), len(tasks)) and same_task(prefetched[n].task, tasks[n]):
+        n += 1
+    return n
 
 
 def _as_sequence(tasks) -> Sequence[Task]:

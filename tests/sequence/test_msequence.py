@@ -208,6 +208,25 @@ def test_workers_persist_and_lookahead_is_used(thread_type):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("thread_type", ["proc", "thread"])
+def test_lookahead_past_the_next_epoch_is_kept_for_the_one_after(thread_type):
+    # Epochs of 2 batches and a buffer of 5: each call looks 5 tasks ahead, into
+    # the next three epochs, and every prefetched task is used, none sent twice.
+    epochs = [[Task(i, [10 * e + i], e) for i in range(2)] for e in range(6)]
+    following = [sum(epochs[e + 1:], [])[:5] for e in range(6)]
+    manager = MSequence(indexers.Pid, num_workers=2, thread_type=thread_type, out_type='null', buffer=5,
+                        dset_size=0)
+    with manager.start() as mng:
+        got = [list(mng.iterate(epochs[0], lookahead=following[0]))]
+        for e in range(1, 6):
+            got.append(list(mng.iterate(epochs[e], lookahead=following[e])))
+            assert mng.stats["prefetched"] == 2
+        sent = mng._engine._next_seq
+    assert [[b["ids"] for b in epoch] for epoch in got] == [[t.ids for t in epoch] for epoch in epochs]
+    assert sent == 12  # 6 epochs of 2 tasks, each sent once
+
+
+@pytest.mark.timeout(60)
 def test_mismatched_lookahead_is_discarded():
     epoch1 = [Task(i, [i], None) for i in range(6)]
     guess = [Task(0, [50], None), Task(1, [51], None), Task(2, [52], None)]
