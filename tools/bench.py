@@ -85,11 +85,12 @@ def bench_engines(corpus: Path, workers: int, batch_seconds: float, epochs: int)
 
 
 def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: float, short=3, count=20,
-                           rounds=3):
+                           rounds=7):
     """Seconds for `count` epochs of `short` batches / seconds for one epoch of the same number of batches.
 
-    The two are timed in turn, `rounds` times, and the medians compared, so a
-    burst of load from elsewhere on the machine does not land on one side only.
+    The two are timed in turn, `rounds` times, and the median of the rounds'
+    ratios is returned: a burst of load from elsewhere on the machine lands on
+    one round, not on one side of every comparison.
     """
     plans = {"long": (short * count, 1), "short": (short, count)}
     iterators = {side: make_iterator(corpus, settings, workers, batch_seconds, batches_per_epoch=per_epoch)
@@ -109,7 +110,7 @@ def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: 
     finally:
         for iterator in iterators.values():
             iterator.close()
-    return statistics.median(seconds["short"]) / statistics.median(seconds["long"])
+    return statistics.median(short / long for short, long in zip(seconds["short"], seconds["long"]))
 
 
 def bench_resume(corpus: Path, workers: int, start_step: int = 10_000):
@@ -144,7 +145,7 @@ def run_engines(args):
                       f"{first:>15.3f}")
             if fmt == args.formats[0]:
                 print("\nepoch boundaries: 20 short epochs / 1 epoch of the same number of batches "
-                      "(median of 3 rounds in turn; target <= 1.1)")
+                      "(median of 7 rounds in turn; target <= 1.1)")
                 print(f"{'engine':<18}{'10 per epoch':>13}{'3 per epoch':>13}")
                 for name in ("msequence proc", "msequence thread", "torch"):
                     ratios = [bench_epoch_boundaries(corpus, ENGINES[name], args.workers, args.batch_seconds, short=n)
