@@ -10,6 +10,7 @@ import random
 import struct
 import threading
 import zlib
+import contextlib
 from contextlib import contextmanager
 
 import numpy as np
@@ -30,18 +31,27 @@ def batch_seed(seed: int, epoch: int, position: int, stream: int = 0) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 1
 
 
-def permutation(seed: int, n: int) -> np.ndarray:
-    """``np.random.RandomState(seed).permutation(n)``, the epoch shuffle.
+@contextmanager
+def _random_state(seed: int):
+    """``np.random.RandomState(seed)``, reseeded from this thread's spares.
 
-    Building a RandomState seeds a SeedSequence first (~90 us); reseeding one
-    kept per thread gives the same numbers in ~2 us, which counts at epoch
-    boundaries of short epochs.
+    Building a RandomState seeds a SeedSequence from os.urandom first (~95 us);
+    reseeding one gives the same numbers in ~2 us, which counts once per batch
+    and at every boundary of short epochs.
     """
-    state = getattr(_local, "shuffler", None)
-    if state is None:
-        state = _local.shuffler = np.random.RandomState(0)
+    spares = _local.__dict__.setdefault("spare_states", [])
+    state = spares.pop() if spares else np.random.RandomState(0)
     state.seed(seed)
-    return state.permutation(n)
+    try:
+        yield state
+    finally:
+        spares.append(state)
+
+
+def permutation(seed: int, n: int) -> np.ndarray:
+    """``np.random.RandomState(seed).permutation(n)``: the epoch shuffle."""
+    with _random_state(seed) as state:
+        return state.permutation(n)
 
 
 def stream_id(name: str) -> int:
@@ -66,18 +76,19 @@ def seeded(seed: int):
         isolate_thread_random()  # a thread worker: see NOTE [ Global generators and threads ]
     previous = (getattr(_local, "generator", None), getattr(_local, "py_random", None),
                 getattr(_local, "np_random", None))
-    _local.generator = np.random.default_rng(seed)
-    if _isolated:
-        _local.py_random = random.Random(seed)
-        _local.np_random = np.random.RandomState(seed & 0xFFFFFFFF)
-    else:
-        random.seed(seed)
-        np.random.seed(seed & 0xFFFFFFFF)
-    _seed_torch(seed)
-    try:
-        yield _local.generator
-    finally:
-        _local.generator, _local.py_random, _local.np_random = previous
+    with contextlib.ExitStack() as stack:
+        _local.generator = np.random.default_rng(seed)
+        if _isolated:
+            _local.py_random = random.Random(seed)
+            _local.np_random = stack.enter_context(_random_state(seed & 0xFFFFFFFF))
+        else:
+            random.seed(seed)
+            np.random.seed(seed & 0xFFFFFFFF)
+        _seed_torch(seed)
+        try:
+            yield _local.generator
+        finally:
+            _local.generator, _local.py_random, _local.np_random = previous
 
 
 def _seed_torch(seed: int):

@@ -72,3 +72,21 @@ def test_permutation_is_randomstate_permutation_in_every_thread():
     for got in results.values():
         for seed, order in got.items():
             np.testing.assert_array_equal(order, expected[seed])
+
+
+def test_nested_batches_in_a_thread_keep_their_own_numpy_state():
+    result = {}
+
+    def worker():
+        with seeded(2):
+            first = np.random.rand(3)
+            with seeded(1):
+                inner = np.random.rand(3)
+            result["outer"] = np.concatenate([first, np.random.rand(3)])
+            result["inner"] = inner
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join(timeout=30)
+    np.testing.assert_array_equal(result["outer"], np.random.RandomState(2).rand(6))
+    np.testing.assert_array_equal(result["inner"], np.random.RandomState(1).rand(3))
