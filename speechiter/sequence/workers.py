@@ -1,6 +1,6 @@
 """Loading workers: the worker loops (module level), control messages, pools.
 
-A pool runs ``num_workers`` workers, each with its own task queue (so the
+A pool runs ``num_workers`` workers, each with its own task channel (so the
 scheduler decides which worker builds which batch) and its own indexer, built
 once by calling the user's ``worker`` factory inside the worker. Workers answer
 every :class:`Fetch` with a :class:`Done` or a :class:`Failed`; they never raise
@@ -22,10 +22,13 @@ from typing import Any, List, Optional, Tuple
 
 from speechiter.sequence.fetch import Task, fetch
 from speechiter.sequence.shm import SlotRef, SlotWriter, leftover_segments, unlink_segment
+from speechiter.sequence.taskpipe import TaskPipe
 
 # How often an idle worker checks that its parent is alive and that the pool
 # is not shutting down.
 _POLL_S = 0.25
+# How soon the main process retries writing to a task pipe that was full.
+_FLUSH_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -113,9 +116,7 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
             results.send(_failure(None, wid, error))
             return
         while not done.is_set():
-            try:
-                msg = tasks.get(timeout=_POLL_S)
-            except queue.Empty:
+            if not tasks.poll(_POLL_S):
                 if os.getppid() != parent_pid:
                     # Orphaned: the main process died without cleaning up. Each worker
                     # sweeps the session's segments as it leaves; the last one gets all.
@@ -123,6 +124,7 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
                         unlink_segment(name)
                     return
                 continue
+            msg = tasks.recv()
             if isinstance(msg, Stop) or done.is_set():
                 return
             reply = _build(msg, indexer, wid, writer)
@@ -138,24 +140,23 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
 
 
 class ProcPool:
-    """``num_workers`` worker processes, a task queue each, a result pipe each."""
+    """``num_workers`` worker processes, a task pipe each, a result pipe each."""
 
     kind = "process"
 
     def __init__(self, factory, num_workers: int, prefix: str, start_method: Optional[str] = None):
         ctx = multiprocessing.get_context(start_method)
         self._done = ctx.Event()
-        self._queues, self._readers, self._procs = [], [], []
+        self._task_pipes, self._readers, self._procs = [], [], []
         try:
             for wid in range(num_workers):
-                tasks = ctx.Queue()
-                tasks.cancel_join_thread()  # never block the main process at exit
+                tasks = TaskPipe(ctx)
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
                     target=proc_worker_loop,
-                    args=(wid, factory, tasks, writer, self._done, prefix, os.getpid()),
+                    args=(wid, factory, tasks.reader, writer, self._done, prefix, os.getpid()),
                     name=f"speechiter-worker-{wid}", daemon=True)
-                self._queues.append(tasks)
+                self._task_pipes.append(tasks)
                 self._readers.append(reader)
                 self._procs.append(proc)
                 try:
@@ -164,7 +165,8 @@ class ProcPool:
                     raise ValueError(f"worker={factory!r} cannot be sent to a {ctx.get_start_method()!r} worker "
                                      f"process ({error}); define it at module level so that it pickles") from error
                 finally:
-                    writer.close()
+                    writer.close()  # the worker's ends: only the worker holds them
+                    tasks.close_reader()
         except BaseException:
             self.close()
             raise
@@ -179,10 +181,14 @@ class ProcPool:
         return self._procs[wid].pid
 
     def send(self, wid: int, msg) -> None:
-        self._queues[wid].put(msg)
+        self._task_pipes[wid].send(msg)
 
     def recv(self, timeout: float) -> Tuple[List[Any], List[Tuple[int, str]]]:
         """Messages that arrived within ``timeout``, and workers that died."""
+        for tasks in self._task_pipes:
+            tasks.flush()
+        if any(tasks.pending for tasks in self._task_pipes):
+            timeout = min(timeout, _FLUSH_S)  # a full task pipe: come back soon to write the rest
         ready = multiprocessing.connection.wait(self._open, timeout)
         messages, dead = [], []
         for obj in ready:
@@ -212,11 +218,8 @@ class ProcPool:
         See NOTE [ Shutdown order ] in scheduler.py.
         """
         self._done.set()
-        for tasks in self._queues:
-            try:
-                tasks.put(Stop())
-            except (ValueError, OSError):
-                pass
+        for tasks in self._task_pipes:
+            tasks.send(Stop())
         deadline = time.monotonic() + grace
         for proc in self._procs:
             if proc.pid is not None:
@@ -228,14 +231,14 @@ class ProcPool:
             if proc.pid is not None and proc.is_alive():
                 proc.kill()
                 proc.join(1.0)
-        for tasks in self._queues:
+        for tasks in self._task_pipes:
             tasks.close()
         for reader in self._readers:
             reader.close()
         for proc in self._procs:
             if proc.pid is not None and proc.exitcode is not None:
                 proc.close()
-        self._queues, self._readers, self._procs, self._open = [], [], [], []
+        self._task_pipes, self._readers, self._procs, self._open = [], [], [], []
         return []
 
 
