@@ -88,9 +88,9 @@ def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: 
                            rounds=7):
     """Seconds for `count` epochs of `short` batches / seconds for one epoch of the same number of batches.
 
-    The two are timed in turn, `rounds` times, and the median of the rounds'
-    ratios is returned: a burst of load from elsewhere on the machine lands on
-    one round, not on one side of every comparison.
+    The two are timed in turn, `rounds` times, which one first alternating, and
+    the median of the rounds' ratios is returned: a burst of load from elsewhere
+    on the machine lands on one round, not on one side of every comparison.
     """
     plans = {"long": (short * count, 1), "short": (short, count)}
     iterators = {side: make_iterator(corpus, settings, workers, batch_seconds, batches_per_epoch=per_epoch)
@@ -100,8 +100,9 @@ def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: 
         for iterator in iterators.values():
             consume(iterator.build_loader(1))  # start the workers
         epoch = 2
-        for _ in range(rounds):
-            for side, (_, epochs) in plans.items():
+        for round_no in range(rounds):
+            for side in ("long", "short") if round_no % 2 == 0 else ("short", "long"):
+                epochs = plans[side][1]
                 start = time.perf_counter()
                 for last in range(epoch, epoch + epochs):
                     consume(iterators[side].build_loader(last, prefetch_next=last < epoch + epochs - 1))
@@ -179,7 +180,7 @@ def main(argv=None):
     parser.add_argument("--num", type=int, default=400, help="utterances in the corpus")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch_seconds", type=float, default=120.0)
-    parser.add_argument("--epochs", type=int, default=5, help="timed epochs of each engine after the warm-up")
+    parser.add_argument("--epochs", type=int, default=9, help="timed epochs of each engine after the warm-up")
     parser.add_argument("--formats", nargs="+", default=["wav", "flac"], choices=["wav", "flac"])
     parser.add_argument("--hdf5", action="store_true", help="also compare individual files with HDF5 chunks")
     args, rest = parser.parse_known_args(argv)
