@@ -10,8 +10,7 @@ import random
 import struct
 import threading
 import zlib
-import contextlib
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 
@@ -76,7 +75,7 @@ def seeded(seed: int):
         isolate_thread_random()  # a thread worker: see NOTE [ Global generators and threads ]
     previous = (getattr(_local, "generator", None), getattr(_local, "py_random", None),
                 getattr(_local, "np_random", None))
-    with contextlib.ExitStack() as stack:
+    with ExitStack() as stack:
         _local.generator = np.random.default_rng(seed)
         if _isolated:
             _local.py_random = random.Random(seed)

@@ -81,11 +81,11 @@ class _Pending:
 class _Run:
     """The state of one iterate() call."""
 
-    def __init__(self, tasks, lookahead, entries):
+    def __init__(self, tasks, lookahead, entries, ahead=()):
         self.tasks = tasks
         self.lookahead = lookahead
         self.entries: List[_Pending] = entries  # dispatched tasks, in order
-        self.ahead: List[_Pending] = []  # dispatched lookahead tasks, in order
+        self.ahead: List[_Pending] = list(ahead)  # dispatched lookahead tasks, in order
         self.consumed = 0
         self.created = time.perf_counter()  # time to first batch counts from the iterate() call
 
@@ -206,8 +206,7 @@ class PoolEngine(_Engine):
         for p in prefetched[ahead:]:
             self._discard(p)
         self.stats["prefetched"] = reused
-        self._run = _Run(tasks, lookahead, entries)
-        self._run.ahead = prefetched[:ahead]
+        self._run = _Run(tasks, lookahead, entries, prefetched[:ahead])
         self._dispatch()
         return self._generate(self._run)
 
