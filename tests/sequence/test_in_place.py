@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from speechiter.sequence import MSequence, batch_empty
+from speechiter.batch_memory import batch_empty
+from speechiter.sequence import MSequence
 from speechiter.sequence.shm import SlotRef, SlotWriter, create_segment, leftover_segments, unlink_segment
 
 

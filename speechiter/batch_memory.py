@@ -1,0 +1,76 @@
+"""Where the big arrays of a batch are allocated while it is built.
+
+A Dataset asks :func:`batch_empty` for its padded arrays instead of
+``np.empty``. Whoever builds the batch -- the engine, in a process worker --
+may install an allocator for the current thread first; then the arrays are
+carved from the memory the batch will travel in (see NOTE [ Batch arrays in
+place ] in speechiter/sequence/shm.py) and cross to the main process without
+another copy. With no allocator installed (threads, the main process) or no
+room left, they are plain ``np.empty`` arrays.
+
+This module knows nothing about the engine, so the dataset layer does not
+import it; the engine imports this module to install its allocator::
+
+    previous = install_allocator(arena)
+    try:
+        ...  # build the batch
+    finally:
+        install_allocator(previous)
+"""
+import sys
+import threading
+from typing import Optional, Protocol, Tuple, Union
+
+import numpy as np
+
+Shape = Union[int, Tuple[int, ...]]
+
+
+class BatchAllocator(Protocol):
+    """Space for the batch being built (the engine's ``Arena``)."""
+
+    def allocate(self, shape: Shape, dtype: np.dtype) -> Optional[np.ndarray]:
+        """An uninitialised C-contiguous array, or None when there is no room."""
+
+
+_current = threading.local()
+
+
+def install_allocator(allocator: Optional[BatchAllocator]) -> Optional[BatchAllocator]:
+    """Make ``allocator`` serve :func:`batch_empty` in this thread (None: numpy).
+
+    Returns the allocator it replaces, to put back when the batch is built.
+    """
+    previous = getattr(_current, "allocator", None)
+    _current.allocator = allocator
+    return previous
+
+
+def current_allocator() -> Optional[BatchAllocator]:
+    """The allocator installed in this thread, if any."""
+    allocator = getattr(_current, "allocator", None)
+    return allocator if allocator is not None else _engine_arena()
+
+
+def batch_empty(shape: Shape, dtype=np.float32) -> np.ndarray:
+    """An uninitialised array for the batch being built.
+
+    In a process worker it is carved from the shared-memory slot the batch
+    will travel in, so it crosses to the main process without another copy;
+    elsewhere (threads, the main process, no room) it is ``np.empty``. Fill
+    every element (padding included), and do not keep it after the batch is
+    returned: its memory is reused for later batches.
+    """
+    allocator = current_allocator()
+    array = allocator.allocate(shape, dtype) if allocator is not None else None
+    return array if array is not None else np.empty(shape, dtype)
+
+
+def _engine_arena() -> Optional[BatchAllocator]:
+    """Transition shim: the arena that speechiter/sequence/shm.py still keeps in
+    its own thread-local (``SlotWriter.building``). Looked up, never imported:
+    without a loaded engine there is none. Goes once shm.py installs its arena
+    with :func:`install_allocator`."""
+    shm = sys.modules.get("speechiter.sequence.shm")
+    building = getattr(shm, "_building", None)
+    return getattr(building, "arena", None)
