@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import Any, Dict, List, Optional
 
-from speechiter.dataset.abs import DatasetReader
+from speechiter.dataset.reader import DatasetReader
 from speechiter.state import KEY_EPOCH, KEY_STEP, KEY_VERSION, STATE_VERSION, check_state, identity
 
 

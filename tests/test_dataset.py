@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speechiter.dataset.abs import Dataset, collate_values
+from speechiter.dataset.abs import Dataset
+from speechiter.dataset.collate import collate_values
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 

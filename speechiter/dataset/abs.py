@@ -8,6 +8,8 @@ a batch from a list of ids:
 
 Batches are plain numpy arrays, lists of strings and numbers; the engine turns
 them into torch tensors. Subclasses override the hooks, as in SpeeChain.
+The ``data_selection`` rules live in selection.py, the collation helpers in
+collate.py, and the engine's adapter (DatasetReader) in reader.py.
 """
 import os
 import warnings
@@ -15,11 +17,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from speechiter.dataset.collate import collate_values, pad_stack  # noqa: F401 (pad_stack: re-exported)
+from speechiter.dataset.selection import select_ids, selection_rules
 from speechiter.errors import ConfigError, DataError
-from speechiter.idx2 import Idx2Table, read_idx2_table
+from speechiter.idx2 import read_idx2_table
 from speechiter.plan import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
-
-SELECTION_MODES = ("order", "rev_order", "random", "min", "max", "middle", "group")
 
 
 class Dataset:
@@ -54,9 +56,9 @@ class Dataset:
         for key, files in main_data.items():
             self.sources[key], self.main_data[key] = self._read_main_data(key, files)
         self._align(encode_ids(self._intersect_ids()))
-        for rule in _selection_rules(data_selection):
+        for rule in selection_rules(data_selection):
             if type(self).select is Dataset.select:
-                ids = self._select_array(self._index.ids, *rule)
+                ids = select_ids(self._index.ids, *rule, seed=self.seed)
             else:  # a subclass's own select() gets lists
                 ids = self.select(list(self.get_data_index()), *rule)
             self.keep_only(ids)
@@ -173,76 +175,9 @@ class Dataset:
 
     # --- data selection --------------------------------------------------------
     def select(self, data_index: List[str], mode: str, number, meta_file: Optional[str] = None) -> List[str]:
-        """Apply one SpeeChain ``data_selection`` rule.
-
-        Without metadata, ``number`` is a fraction in (0, 1) or a negative
-        integer ``-n`` meaning n utterances:
-          ``order`` keeps the first ones, ``rev_order`` the last ones and
-          ``random`` a seeded draw without replacement (in dataset order).
-        With ``meta_file`` (an idx2 file of numbers or labels):
-          ``min`` / ``max`` keep the utterances with the smallest / largest
-          values (a count as above, or a threshold given as a string: ``!str 10``);
-          ``middle`` drops equally many from both ends; ``group`` keeps the
-          utterances whose label is ``number`` (a string or a list of strings).
-        """
-        return decode_ids(self._select_array(encode_ids(data_index), mode, number, meta_file))
-
-    def _select_array(self, ids: np.ndarray, mode: str, number, meta_file: Optional[str] = None) -> np.ndarray:
-        where = f"data_selection [{mode}, {number}{', ' + str(meta_file) if meta_file else ''}]"
-        if mode not in SELECTION_MODES:
-            raise ConfigError(where, f"unknown mode {mode!r}; expected one of {', '.join(SELECTION_MODES)}")
-        if meta_file is None:
-            if mode not in ("order", "rev_order", "random"):
-                raise ConfigError(where, f"mode {mode!r} needs a metadata file as third element")
-            count = _selection_count(number, len(ids), where)
-            if mode == "order":
-                return ids[:count]
-            if mode == "rev_order":
-                return ids[len(ids) - count:]
-            chosen = np.random.default_rng(self.seed).choice(len(ids), size=count, replace=False)
-            return ids[np.sort(chosen)]
-
-        if mode in ("order", "rev_order", "random"):
-            raise ConfigError(where, f"mode {mode!r} takes no metadata file")
-        table = read_idx2_table(meta_file)
-        rows = IdIndex(table.ids).find(ids)
-        found = rows >= 0
-        if not found.all():
-            warnings.warn(f"{int((~found).sum())} utterances have no entry in {meta_file} and are "
-                          f"dropped by data_selection", stacklevel=3)
-        present, rows = ids[found], rows[found]
-        meta = Column(IdIndex(table.ids), [table.buffer], table.starts, table.ends, None, [meta_file])
-        if mode == "group":
-            groups = [str(g).encode("utf-8") for g in (number if isinstance(number, (list, tuple)) else [number])]
-            return present[np.isin(meta.take(rows).raw_values(), np.array(groups, dtype="S"))]
-        try:
-            values = Idx2Table(meta_file, present, table.buffer, table.starts[rows], table.ends[rows]).numbers()
-        except DataError:  # some line of meta_file is not a number: name the first one we use
-            values = []
-            for value in meta.take(rows).raw_values().tolist():
-                try:
-                    values.append(float(value.decode("utf-8")))
-                except ValueError as e:
-                    raise DataError(f"{meta_file}: mode {mode!r} needs numeric values ({e})") from None
-            values = np.asarray(values, dtype=np.float64)
-        by_value = np.argsort(values, kind="stable")
-        if isinstance(number, str):
-            if mode == "middle":
-                raise ConfigError(where, "mode 'middle' takes a count, not a threshold string")
-            threshold = _float(number, where)
-            keep = values <= threshold if mode == "min" else values >= threshold
-        else:
-            count = _selection_count(number, len(present), where)
-            if mode == "min":
-                chosen = by_value[:count]
-            elif mode == "max":
-                chosen = by_value[len(by_value) - count:]
-            else:
-                cut = (len(by_value) - count) // 2
-                chosen = by_value[cut:cut + count]
-            keep = np.zeros(len(present), dtype=bool)
-            keep[chosen] = True
-        return present[keep]
+        """Apply one SpeeChain ``data_selection`` rule ``[mode, number(, meta_file)]``
+        (see speechiter/dataset/selection.py); a subclass may override it."""
+        return decode_ids(select_ids(encode_ids(data_index), mode, number, meta_file, self.seed))
 
     # --- hooks -----------------------------------------------------------------
     def data_len_register_fn(self, main_data: Dict[str, Mapping]) -> Optional[Dict[str, float]]:
@@ -302,88 +237,3 @@ class Dataset:
 
     def __repr__(self):
         return f"{type(self).__name__}({len(self)} utterances, data: {', '.join(self.main_data)})"
-
-
-class DatasetReader:
-    """The engine's indexer: ``reader[ids]`` is the collated batch.
-
-    It is also its own picklable factory (``reader()`` returns itself), so
-    each worker gets a copy: inherited on fork, pickled with spawn. Datasets
-    that hold open handles must open them lazily (see readers.py).
-    """
-
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
-
-    def __call__(self):
-        return self
-
-    def __getitem__(self, ids):
-        return self.dataset.get_batch(ids)
-
-
-def pad_stack(values: Sequence[np.ndarray], dtype) -> np.ndarray:
-    """Stack arrays of different lengths (first axis), zero-padded at the end.
-
-    The result comes from :func:`speechiter.sequence.batch_empty`: in process
-    workers it is built right in the shared memory the batch travels in.
-    """
-    from speechiter.sequence import batch_empty
-    longest = max(v.shape[0] for v in values)
-    padded = batch_empty((len(values), longest) + values[0].shape[1:], dtype)
-    for row, value in zip(padded, values):
-        row[:value.shape[0]] = value
-        row[value.shape[0]:] = 0
-    return padded
-
-
-def collate_values(name: str, values: List) -> List[tuple]:
-    """Collate one named list of per-utterance values (see collate_main_data_fn)."""
-    first = values[0]
-    if isinstance(first, np.ndarray):
-        lengths = np.array([v.shape[0] if v.ndim else 1 for v in values], dtype=np.int64)
-        if first.ndim and len(set(v.shape[1:] for v in values)) > 1:
-            raise DataError(f"cannot stack {name}: trailing shapes differ "
-                            f"({sorted(set(v.shape[1:] for v in values))})")
-        if first.ndim == 0 or (lengths == lengths[0]).all():
-            return [(name, np.stack(values))]
-        return [(name, pad_stack(values, first.dtype)), (f"{name}_len", lengths)]
-    if isinstance(first, (bool, np.bool_)):
-        return [(name, np.array(values, dtype=bool))]
-    if isinstance(first, (int, np.integer)):
-        return [(name, np.array(values, dtype=np.int64))]
-    if isinstance(first, (float, np.floating)):
-        return [(name, np.array(values, dtype=np.float32))]
-    return [(name, list(values))]
-
-
-def _selection_rules(data_selection):
-    if data_selection is None:
-        return []
-    if not isinstance(data_selection, (list, tuple)) or not data_selection:
-        raise ConfigError("data_selection", f"expected [mode, number] or a list of them, got {data_selection!r}")
-    rules = [data_selection] if not isinstance(data_selection[0], (list, tuple)) else data_selection
-    for rule in rules:
-        if not isinstance(rule, (list, tuple)) or len(rule) not in (2, 3):
-            raise ConfigError("data_selection", f"each rule is [mode, number] or [mode, number, meta_file], "
-                                                f"got {rule!r}")
-    return rules
-
-
-def _selection_count(number, total: int, where: str) -> int:
-    if isinstance(number, bool) or not isinstance(number, (int, float)):
-        raise ConfigError(where, f"expected a fraction in (0, 1) or a negative count, got {number!r}")
-    if isinstance(number, float) and 0 < number < 1:
-        return int(total * number)
-    if number < 0 and float(number).is_integer():
-        if -number > total:
-            raise ConfigError(where, f"asks for {int(-number)} utterances but only {total} are available")
-        return int(-number)
-    raise ConfigError(where, f"expected a fraction in (0, 1) or a negative count, got {number!r}")
-
-
-def _float(text: str, where: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(where, f"expected a numeric threshold, got {text!r}") from None

@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from speechiter.dataset.abs import Dataset, collate_values, pad_stack
+from speechiter.dataset.abs import Dataset
+from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
 from speechiter.readers import read_feat, read_vector, resample, resampled_length

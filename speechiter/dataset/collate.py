@@ -1,0 +1,45 @@
+"""Collation helpers: per-utterance values in, batch arrays out.
+
+Used by :meth:`Dataset.collate_main_data_fn` and by subclasses that collate
+some names themselves (SpeechTextDataset).
+"""
+from typing import List, Sequence
+
+import numpy as np
+
+from speechiter.batch_memory import batch_empty
+from speechiter.errors import DataError
+
+
+def pad_stack(values: Sequence[np.ndarray], dtype) -> np.ndarray:
+    """Stack arrays of different lengths (first axis), zero-padded at the end.
+
+    The result comes from :func:`speechiter.batch_memory.batch_empty`: in
+    process workers it is built right in the shared memory the batch travels in.
+    """
+    longest = max(v.shape[0] for v in values)
+    padded = batch_empty((len(values), longest) + values[0].shape[1:], dtype)
+    for row, value in zip(padded, values):
+        row[:value.shape[0]] = value
+        row[value.shape[0]:] = 0
+    return padded
+
+
+def collate_values(name: str, values: List) -> List[tuple]:
+    """Collate one named list of per-utterance values (see collate_main_data_fn)."""
+    first = values[0]
+    if isinstance(first, np.ndarray):
+        lengths = np.array([v.shape[0] if v.ndim else 1 for v in values], dtype=np.int64)
+        if first.ndim and len(set(v.shape[1:] for v in values)) > 1:
+            raise DataError(f"cannot stack {name}: trailing shapes differ "
+                            f"({sorted(set(v.shape[1:] for v in values))})")
+        if first.ndim == 0 or (lengths == lengths[0]).all():
+            return [(name, np.stack(values))]
+        return [(name, pad_stack(values, first.dtype)), (f"{name}_len", lengths)]
+    if isinstance(first, (bool, np.bool_)):
+        return [(name, np.array(values, dtype=bool))]
+    if isinstance(first, (int, np.integer)):
+        return [(name, np.array(values, dtype=np.int64))]
+    if isinstance(first, (float, np.floating)):
+        return [(name, np.array(values, dtype=np.float32))]
+    return [(name, list(values))]
