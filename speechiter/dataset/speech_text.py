@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from speechiter.checks import check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.errors import ConfigError, DataError
@@ -87,9 +88,7 @@ class SpeechTextDataset(Dataset):
                                            f"{', '.join(KNOWN_KEYS)}")
         if "feat" not in self.main_data and "text" not in self.main_data:
             raise ConfigError("main_data", "needs at least one of 'feat' and 'text'")
-        if sample_rate is not None and (isinstance(sample_rate, bool) or not isinstance(sample_rate, int)
-                                        or sample_rate <= 0):
-            raise ConfigError("sample_rate", f"expected a positive integer, got {sample_rate!r}")
+        sample_rate = check_optional_int(sample_rate, "sample_rate")
         factors = list(perturb_range) if isinstance(perturb_range, (list, tuple)) else None
         if not factors or any(isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0 for f in factors):
             raise ConfigError("perturb_range", f"expected a list of positive speed factors, got {perturb_range!r}")
