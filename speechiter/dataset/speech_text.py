@@ -18,10 +18,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from speechiter.arrays import read_vector
+from speechiter.audio import read_feat, resample, resampled_length
 from speechiter.dataset.abs import Dataset, collate_values, pad_stack
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
-from speechiter.readers import read_feat, read_vector, resample, resampled_length
 from speechiter.seeding import rng
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")
