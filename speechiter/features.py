@@ -23,7 +23,6 @@ Dither noise comes from the generator the caller passes (the batch's
 """
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Optional, Union
@@ -32,6 +31,8 @@ import numpy as np
 import torch
 import yaml
 
+from speechiter.audio import PCM16_SCALE
+from speechiter.checks import check_int, check_number
 from speechiter.config import SpeechLoader
 from speechiter.errors import ConfigError
 from speechiter.registry import check_keywords
@@ -48,21 +49,6 @@ _NORM_EPS = 1e-5
 
 def _mel(freq):
     return 1127.0 * np.log1p(np.asarray(freq, dtype=np.float64) / 700.0)
-
-
-def _number(where, value, positive=True, allow_zero=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(where, f"expected a number, got {value!r}")
-    if positive and (value < 0 or (value == 0 and not allow_zero)):
-        kind = "non-negative" if allow_zero else "positive"
-        raise ConfigError(where, f"expected a {kind} number, got {value!r}")
-    return float(value)
-
-
-def _positive_int(where, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(where, f"expected a positive integer, got {value!r}")
-    return value
 
 
 class LogMel:
@@ -88,10 +74,10 @@ class LogMel:
                  dither: float = 0.0, normalize: Optional[str] = None, window: str = "povey",
                  low_freq: float = 20.0, high_freq: float = 0.0, remove_dc_offset: bool = True):
         w = "feat_conf"
-        self.sample_rate = _positive_int(f"{w}.sample_rate", sample_rate)
-        self.n_mels = _positive_int(f"{w}.n_mels", n_mels)
-        self.frame_length = _number(f"{w}.frame_length", frame_length)
-        self.frame_shift = _number(f"{w}.frame_shift", frame_shift)
+        self.sample_rate = check_int(sample_rate, f"{w}.sample_rate")
+        self.n_mels = check_int(n_mels, f"{w}.n_mels")
+        self.frame_length = float(check_number(frame_length, f"{w}.frame_length", above=0))
+        self.frame_shift = float(check_number(frame_shift, f"{w}.frame_shift", above=0))
         self.window_size = int(sample_rate * 0.001 * self.frame_length)
         self.window_shift = int(sample_rate * 0.001 * self.frame_shift)
         if self.window_size < 2 or self.window_shift < 1:
@@ -100,14 +86,14 @@ class LogMel:
                                                    f"{self.window_shift} samples; need at least 2 and 1")
         if n_fft is None:
             n_fft = 1 << (self.window_size - 1).bit_length()
-        elif _positive_int(f"{w}.n_fft", n_fft) < self.window_size:
+        elif check_int(n_fft, f"{w}.n_fft") < self.window_size:
             raise ConfigError(f"{w}.n_fft", f"expected at least the window size ({self.window_size} samples), "
                                             f"got {n_fft}")
         self.n_fft = n_fft
-        self.preemphasis = _number(f"{w}.preemphasis", preemphasis, allow_zero=True)
+        self.preemphasis = float(check_number(preemphasis, f"{w}.preemphasis", minimum=0))
         if self.preemphasis > 1:
             raise ConfigError(f"{w}.preemphasis", f"expected a coefficient in [0, 1], got {preemphasis!r}")
-        self.dither = _number(f"{w}.dither", dither, allow_zero=True)
+        self.dither = float(check_number(dither, f"{w}.dither", minimum=0))
         if normalize is not None and normalize not in NORMALIZE:
             raise ConfigError(f"{w}.normalize", f"expected null or one of {', '.join(NORMALIZE)}, "
                                                 f"got {normalize!r}")
@@ -116,8 +102,8 @@ class LogMel:
             raise ConfigError(f"{w}.window", f"expected one of {', '.join(WINDOWS)}, got {window!r}")
         self.window = window
         nyquist = sample_rate / 2
-        self.low_freq = _number(f"{w}.low_freq", low_freq, allow_zero=True)
-        high = _number(f"{w}.high_freq", high_freq, positive=False)
+        self.low_freq = float(check_number(low_freq, f"{w}.low_freq", minimum=0))
+        high = float(check_number(high_freq, f"{w}.high_freq"))
         self.high_freq = high if high > 0 else nyquist + high
         if not self.low_freq < self.high_freq <= nyquist:
             raise ConfigError(f"{w}.high_freq", f"need low_freq < high_freq <= {nyquist:g} (Nyquist), got "
@@ -197,7 +183,7 @@ class LogMel:
         if frames_n == 0:
             return np.zeros((0, self.n_mels), dtype=np.float32)
         with torch.no_grad():
-            x = torch.from_numpy(wave * np.float32(32768.0))
+            x = torch.from_numpy(wave * np.float32(PCM16_SCALE))
             frames = x.unfold(0, self.window_size, self.window_shift)
             if self.dither > 0:
                 if generator is None:

@@ -1,37 +1,151 @@
-"""idx2 files parsed with numpy: ids as an ``S`` array, values as byte ranges.
+"""idx2 files: ``<id> <value>`` per line, parsed and merged.
 
-:func:`read_idx2_table` gives the same result and errors as
-:func:`speechiter.readers.read_idx2`, without a Python string per line (see
-NOTE [ Compact storage ] in plan.py). Lines it cannot prove to be plain
-(leading whitespace, a line without value, a duplicate id, non-ASCII bytes
-next to the separator or at the line's end, undecodable bytes) send the whole
-file to ``read_idx2``, which raises its usual ``file:line`` errors or parses
-it exactly.
+An idx2 file maps utterance ids to values (SpeeChain convention: ``idx2wav``,
+``idx2wav_len``, ``idx2text``, ...). Each non-blank line is ``<id> <value>``:
+the value is the rest of the line after the first run of whitespace,
+stripped (it may contain spaces, as a transcript does).
+
+- :func:`read_idx2`: ``(ids, values)`` as Python lists, line by line; the
+  reference parser, whose errors name the file and line.
+- :func:`read_idx2_table`: the same file as numpy arrays
+  (:class:`Idx2Table`), parsed by :mod:`speechiter.idx2_numpy`, which hands
+  any file it cannot parse exactly to :func:`read_idx2` (same result, same
+  errors).
+- :func:`read_idx2_files`: the files given for one option as one table, with
+  one rule for an id listed in more than one of them.
+
+Errors about the input are :class:`~speechiter.errors.DataError` naming the
+file (and line); callers add the utterance id and the option it came from.
 """
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
 import os
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
-from speechiter.readers import read_idx2
+from speechiter.errors import DataError
+from speechiter.idx2_numpy import PAD, Fallback, first_duplicate, gather_values, parse_idx2, parse_numbers
 
-# Whitespace that str.split() splits on within ASCII.
-_WS = np.zeros(256, dtype=bool)
-_WS[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
-_PAD = 64  # newline bytes after the data, so windows never run off the end
-_WINDOW = 32
-_ROWS = 1 << 16  # rows per vectorised block (bounds temporaries)
+__all__ = ["read_idx2", "Idx2Table", "read_idx2_table", "read_idx2_numbers", "Idx2Files", "read_idx2_files",
+           "gather_values", "ON_DUPLICATE"]
+
+PathLike = Union[str, os.PathLike]
+#: what :func:`read_idx2_files` does with an id listed in more than one file
+ON_DUPLICATE = ("error", "last")
 
 
-class _Fallback(Exception):
-    """The fast parser cannot handle this file exactly."""
+# --------------------------------------------------------------------- one file, line by line
+
+
+def read_idx2(path: PathLike, value_type=str):
+    """Read an idx2 file into ``(ids, values)`` in file order.
+
+    ``value_type`` converts each value; ``int`` also accepts float strings
+    such as ``"123.0"`` and rounds them.
+
+    Raises DataError naming the file (and line) for a missing or unreadable
+    file, a line without a value, a duplicate id, or a value that
+    ``value_type`` rejects.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such idx2 file") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, expected an idx2 file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read idx2 file ({e})") from None
+
+    with _gc_paused():
+        # split("\n"), not splitlines(): the latter also splits on \x0b,
+        # \x1c, \u2028 ..., which may appear inside a transcript.
+        lines = text.split("\n")
+        if lines and not lines[-1]:
+            lines.pop()  # the final newline
+        pairs = [line.split(None, 1) for line in lines]
+        del lines
+        if not all(len(p) == 2 for p in pairs):
+            for lineno, parts in enumerate(pairs, 1):
+                if len(parts) == 1:
+                    raise DataError(f"{path}:{lineno}: id {parts[0]!r} has no value (expected '<id> <value>')")
+            pairs = [p for p in pairs if p]  # blank lines
+        ids = [p[0] for p in pairs]
+        values = [p[1].rstrip() for p in pairs]
+        del pairs
+        if len(set(ids)) != len(ids):
+            _raise_duplicate(path, text)
+        if value_type is not str:
+            convert = _int_value if value_type is int else value_type
+            try:
+                values = [convert(v) for v in values]
+            except (ValueError, TypeError, OverflowError):
+                _raise_bad_value(path, text, convert, value_type)
+    return ids, values
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    # Building millions of small lists triggers the cyclic GC over and over
+    # (2-4x the parse time); none of them can form a cycle.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _int_value(text):
+    try:
+        return int(text)
+    except ValueError:
+        value = float(text)  # ValueError for non-numbers
+        if not math.isfinite(value):
+            raise ValueError(f"not a finite number: {text!r}") from None
+        return round(value)
+
+
+def _numbered_entries(text):
+    for lineno, line in enumerate(text.split("\n"), 1):
+        parts = line.split(None, 1)
+        if len(parts) == 2:
+            yield lineno, parts[0], parts[1].rstrip()
+
+
+def _raise_duplicate(path, text):
+    first_line = {}
+    for lineno, utt_id, _ in _numbered_entries(text):
+        if utt_id in first_line:
+            raise DataError(f"{path}:{lineno}: duplicate id {utt_id!r} (first on line {first_line[utt_id]})")
+        first_line[utt_id] = lineno
+    raise AssertionError("unreachable: ids were not unique")  # pragma: no cover
+
+
+def _raise_bad_value(path, text, convert, value_type):
+    name = getattr(value_type, "__name__", repr(value_type))
+    for lineno, utt_id, value in _numbered_entries(text):
+        try:
+            convert(value)
+        except (ValueError, TypeError, OverflowError):
+            raise DataError(f"{path}:{lineno}: value {value!r} of id {utt_id!r} is not a valid {name}") from None
+    raise AssertionError("unreachable: every value converted")  # pragma: no cover
+
+
+# --------------------------------------------------------------------- one file, as arrays
 
 
 class Idx2Table:
     """One idx2 file: ``ids`` (S array, file order) and each value as the
     byte range ``buffer[starts[i]:ends[i]]``."""
 
-    def __init__(self, path: str, ids, buffer, starts, ends):
+    def __init__(self, path: str, ids: np.ndarray, buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         self.path, self.ids, self.buffer, self.starts, self.ends = path, ids, buffer, starts, ends
 
     def __len__(self):
@@ -39,181 +153,109 @@ class Idx2Table:
 
     def numbers(self) -> np.ndarray:
         """Values as float64 (as ``float(value)``; errors as read_idx2's)."""
-        return _parse_numbers(self)
+        try:
+            return parse_numbers(self.buffer, self.starts, self.ends)
+        except Fallback:
+            ids, values = read_idx2(self.path, float)  # raises DataError naming file:line
+            return np.asarray(values, dtype=np.float64)  # pragma: no cover (read_idx2 raised)
 
 
-def read_idx2_table(path) -> Idx2Table:
+def read_idx2_table(path: PathLike) -> Idx2Table:
     """Parse an idx2 file with numpy (same result and errors as read_idx2)."""
     path = os.fspath(path)
     try:
-        return _parse(path)
-    except (_Fallback, OSError):
+        return Idx2Table(path, *parse_idx2(path))
+    except (Fallback, OSError):
         ids, values = read_idx2(path)  # raises the exact error, or parses what we could not
         encoded = [v.encode("utf-8") for v in values]
         ends = np.cumsum([len(v) for v in encoded], dtype=np.int64)
         starts = ends - np.array([len(v) for v in encoded], dtype=np.int64)
-        buffer = np.frombuffer(b"".join(encoded) + b"\n" * _PAD, dtype=np.uint8)
-        return Idx2Table(path, np.array([uid.encode('utf-8') for uid in ids] or [b''], dtype='S')[:len(ids)], buffer, starts, ends)
+        buffer = np.frombuffer(b"".join(encoded) + b"\n" * PAD, dtype=np.uint8)
+        id_array = np.array([uid.encode("utf-8") for uid in ids] or [b""], dtype="S")[:len(ids)]
+        return Idx2Table(path, id_array, buffer, starts, ends)
 
 
-def read_idx2_numbers(path):
+def read_idx2_numbers(path: PathLike):
     """``(ids, float64 lengths)`` of a numeric idx2 file."""
     table = read_idx2_table(path)
     return table.ids, table.numbers()
 
 
-def _parse(path: str) -> Idx2Table:
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        raw = bytearray(size + _PAD)  # zeroed lazily by the OS: no copy, no fill
-        if f.readinto(memoryview(raw)[:size]) != size:
-            raise _Fallback
-    buffer = np.frombuffer(raw, dtype=np.uint8)
-    buffer[size:] = 10
-    data = buffer[:size]
-    words = buffer[:size // 8 * 8].view(np.uint64)
-    high = bool(np.bitwise_or.reduce(words, initial=np.uint64(0)) & np.uint64(0x8080808080808080)
-                or (data[size // 8 * 8:] >= 128).any())
-    if high:
-        try:
-            data.tobytes().decode("utf-8")
-        except UnicodeDecodeError:
-            raise _Fallback from None
-    ends = np.concatenate([np.flatnonzero(data[at:at + (1 << 23)] == 10) + at for at in range(0, size, 1 << 23)]
-                          or [np.zeros(0, dtype=np.int64)])
-    if size and data[-1] != 10:
-        ends = np.append(ends, size)
-    ends = ends.astype(np.int32 if size + _PAD < 2 ** 31 else np.int64)  # offsets: half the memory
-    starts = np.zeros(len(ends), dtype=ends.dtype)
-    starts[1:] = ends[:-1] + 1
-    while True:  # rstrip
-        strip = _WS[buffer[ends - 1]] & (ends > starts)
-        if not strip.any():
-            break
-        ends[strip] -= 1
-    if not (ends > starts).all():  # blank lines
-        keep = ends > starts
-        starts, ends = starts[keep], ends[keep]
-    if _WS[buffer[starts]].any():
-        raise _Fallback  # leading whitespace
-    sep, ids = _split_ids(buffer, starts)
-    if (sep >= ends).any():
-        raise _Fallback  # a line without value: read_idx2 names it
-    values = sep + 1
-    while True:
-        more = _WS[buffer[values]]
-        if not more.any():
-            break
-        values[more] += 1
-    if high and ((ids.view(np.uint8) >= 128).any() or (buffer[values] >= 128).any()
-                 or (buffer[ends - 1] >= 128).any()):
-        raise _Fallback  # non-ASCII around the separator or at the end: maybe Unicode whitespace
-    table = Idx2Table(path, ids, buffer, values, ends)
-    if _has_duplicates(ids):
-        raise _Fallback  # read_idx2 names the line
-    return table
+# --------------------------------------------------------------------- several files of one option
 
 
-def _split_ids(buffer, starts):
-    """``(sep, ids)``: the first whitespace at or after each start, and the
-    bytes before it as an ``S`` array. One window per line, as wide as the
-    first line's id (plus the separator), finds both for most lines."""
-    head = np.flatnonzero(_WS[buffer[int(starts[0]):int(starts[0]) + _PAD]]) if len(starts) else []
-    width = min(_PAD, ((int(head[0]) if len(head) else _WINDOW) + 8) // 8 * 8)
-    sep = np.empty_like(starts)
-    ids = np.empty(len(starts), dtype=f"S{width}")
-    columns = np.arange(width)
-    late = []
-    for block in range(0, len(starts), _ROWS):
-        rows = slice(block, block + _ROWS)
-        window = sliding_window_view(buffer, width)[starts[rows]]
-        low = window <= 32  # whitespace and control bytes; cheaper than a table lookup
-        pos = low.argmax(axis=1)
-        found = low[np.arange(len(pos)), pos]
-        sep[rows] = starts[rows] + pos
-        if not _WS[buffer[sep[rows][found]]].all():
-            raise _Fallback  # a control byte that is not whitespace
-        window *= columns < pos[:, None]
-        ids[rows] = window.view(f"S{width}")[:, 0]
-        if not found.all():
-            late.append(block + np.flatnonzero(~found))
-    if late:  # ids longer than the window
-        late = np.concatenate(late)
-        sep[late] = _first_whitespace(buffer, starts[late])
-        ids = ids.astype(f"S{int((sep - starts).max())}")
-        ids[late] = _gather(buffer, starts[late], sep[late] - starts[late])
-    length = int((sep - starts).max(initial=1))
-    return sep, (ids.astype(f"S{length}") if length < width else ids)
+class Idx2Files:
+    """The idx2 files of one option as one table: row ``i`` is id ``ids[i]``
+    with the value ``buffers[f][starts[i]:ends[i]]`` of ``files[f]``, where
+    ``f = file_no[i]`` (``file_no`` is None when there is one file)."""
+
+    def __init__(self, tables: List[Idx2Table], rows: Optional[np.ndarray] = None):
+        self.tables = tables
+        self.files = [t.path for t in tables]
+        self.buffers = [t.buffer for t in tables]
+        self._rows = rows  # rows of the files' concatenation; None: all, in order
+        if len(tables) == 1:
+            table = tables[0]
+            self.ids, self.starts, self.ends, self.file_no = table.ids, table.starts, table.ends, None
+        else:
+            self.ids = np.concatenate([t.ids for t in tables])
+            self.starts = np.concatenate([t.starts for t in tables])
+            self.ends = np.concatenate([t.ends for t in tables])
+            self.file_no = np.repeat(np.arange(len(tables), dtype=np.int32), [len(t) for t in tables])
+        if rows is not None:
+            self.ids, self.starts, self.ends = self.ids[rows], self.starts[rows], self.ends[rows]
+            self.file_no = None if self.file_no is None else self.file_no[rows]
+
+    def __len__(self):
+        return len(self.ids)
+
+    def take(self, rows: np.ndarray) -> "Idx2Files":
+        """The rows ``rows``, in that order."""
+        return Idx2Files(self.tables, rows if self._rows is None else self._rows[rows])
+
+    def numbers(self) -> np.ndarray:
+        """Values as float64 (errors as read_idx2's)."""
+        values = np.concatenate([t.numbers() for t in self.tables])
+        return values if self._rows is None else values[self._rows]
 
 
-def _first_whitespace(buffer, starts):
-    """Position of the first whitespace byte at or after each start."""
-    sep = np.empty_like(starts)
-    todo = np.arange(len(starts))
-    offset = 0
-    while len(todo):
-        for block in range(0, len(todo), _ROWS):
-            rows = todo[block:block + _ROWS]
-            window = _WS[sliding_window_view(buffer, _WINDOW)[starts[rows] + offset]]
-            found = window.any(axis=1)
-            sep[rows[found]] = starts[rows[found]] + offset + window.argmax(axis=1)[found]
-            todo[block:block + _ROWS][found] = -1
-        todo = todo[todo >= 0]
-        offset += _WINDOW
-    return sep
+def read_idx2_files(files: Sequence[PathLike], option: str, on_duplicate: str = "error") -> Idx2Files:
+    """Read the idx2 files given for one option as one :class:`Idx2Files`.
+
+    The rule for an id listed in more than one file:
+
+    - ``on_duplicate="error"``: a DataError ``"<file>: utterance <id> is also
+      listed in another <option> file (<the others>)"``, naming the first
+      file (in the order given) that repeats an id of an earlier one; rows
+      are the files' rows, in order.
+    - ``on_duplicate="last"``: the last file that lists an id gives its
+      value; ids keep the order of their first appearance (as a dict updated
+      file after file).
+
+    ``option`` names the option in messages (``main_data.feat``,
+    ``data_len``). Errors within one file are those of read_idx2.
+    """
+    if on_duplicate not in ON_DUPLICATE:
+        raise ValueError(f"on_duplicate: expected one of {', '.join(ON_DUPLICATE)}, got {on_duplicate!r}")
+    files = [os.fspath(file) for file in files]
+    if not files:
+        raise ValueError(f"{option}: read_idx2_files needs at least one file")
+    merged = Idx2Files([read_idx2_table(file) for file in files])
+    if len(files) == 1:
+        return merged
+    duplicate = first_duplicate(merged.ids)
+    if duplicate < 0:
+        return merged
+    if on_duplicate == "last":
+        return merged.take(_last_rows(merged.ids))
+    file = files[int(merged.file_no[duplicate])]
+    raise DataError(f"{file}: utterance {merged.ids[duplicate].decode('utf-8')} is also listed in another "
+                    f"{option} file ({', '.join(f for f in files if f != file)})")
 
 
-def _gather(buffer, starts, lengths) -> np.ndarray:
-    """``buffer[s:s + n]`` for each (s, n) as an S array (zero-filled)."""
-    width = max(1, int(lengths.max(initial=1)))
-    if width > len(buffer) - int(starts.max(initial=0)):
-        return np.array([buffer[s:s + n].tobytes() for s, n in zip(starts.tolist(), lengths.tolist())],
-                        dtype=f"S{width}")
-    out = np.empty(len(starts), dtype=f"S{width}")
-    columns = np.arange(width)
-    for block in range(0, len(starts), _ROWS):
-        rows = slice(block, block + _ROWS)
-        matrix = sliding_window_view(buffer, width)[starts[rows]]
-        matrix[columns >= lengths[rows, None]] = 0
-        out[rows] = np.ascontiguousarray(matrix).view(f"S{width}")[:, 0]
-    return out
-
-
-def gather_values(buffer, starts, ends) -> np.ndarray:
-    lengths = ends - starts
-    if lengths.max(initial=0) > 256:  # long values (transcripts): no wide matrix
-        return np.array([buffer[s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist())], dtype="S")
-    return _gather(buffer, starts, lengths)
-
-
-def _parse_numbers(table: Idx2Table) -> np.ndarray:
-    lengths = table.ends - table.starts
-    out = np.empty(len(table), dtype=np.float64)
-    plain = np.zeros(len(table), dtype=bool)
-    if len(table) and lengths.max() <= 15:
-        width = int(lengths.max())
-        digits = np.zeros(len(table), dtype=np.int64)
-        plain[:] = True
-        for col in range(width):
-            inside = col < lengths
-            byte = table.buffer[np.minimum(table.starts + col, len(table.buffer) - 1)]
-            is_digit = (byte >= 48) & (byte <= 57)
-            plain &= is_digit | ~inside
-            digits = np.where(inside, digits * 10 + (byte.astype(np.int64) - 48), digits)
-        out[plain] = digits[plain]
-    rest = np.flatnonzero(~plain)
-    if len(rest):
-        texts = gather_values(table.buffer, table.starts[rest], table.ends[rest]).tolist()
-        try:
-            out[rest] = [float(t.decode("utf-8")) for t in texts]
-        except (ValueError, UnicodeDecodeError):
-            ids, values = read_idx2(table.path, float)  # raises DataError naming file:line
-            return np.asarray(values, dtype=np.float64)  # pragma: no cover (read_idx2 raised)
-    return out
-
-
-def _has_duplicates(ids: np.ndarray) -> bool:
-    if len(ids) < 2 or (ids[1:] > ids[:-1]).all():  # files are usually in id order: no sort needed
-        return False
-    ordered = np.sort(ids)
-    return bool((ordered[1:] == ordered[:-1]).any())
+def _last_rows(ids: np.ndarray) -> np.ndarray:
+    """The last row of each id, ordered by the id's first row."""
+    _, first = np.unique(ids, return_index=True)
+    _, from_end = np.unique(ids[::-1], return_index=True)
+    last = len(ids) - 1 - from_end
+    return last[np.argsort(first)]

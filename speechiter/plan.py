@@ -26,7 +26,7 @@ from typing import List, Optional
 import numpy as np
 
 from speechiter.idx2 import gather_values
-from speechiter.readers import resolve_data_path
+from speechiter.paths import resolve_data_path
 
 _ROWS = 1 << 16  # ids decoded per block
 

@@ -4,8 +4,8 @@ import pytest
 import soundfile
 
 from speechiter import flac
+from speechiter.audio import read_feat
 from speechiter.errors import DataError
-from speechiter.readers import read_feat
 
 
 def write_flac(path, frames=40000, channels=1, rate=16000, subtype="PCM_16", seed=0):

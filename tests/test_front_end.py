@@ -12,9 +12,9 @@ import pytest
 import soundfile as sf
 
 import speechiter
+from speechiter.audio import resampled_length
 from speechiter.dataset.speech_text import SpeechTextDataset, perturbed_length
 from speechiter.errors import ConfigError, DataError
-from speechiter.readers import resampled_length
 from tests.test_features import speech_like
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,9 +7,8 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import DataError
 from speechiter.iterator.abs import Iterator, clip_batches, make_divisible, rank_share
 from speechiter.iterator.block import BlockIterator, block_bounds
-from speechiter.idx2 import read_idx2_numbers, read_idx2_table
+from speechiter.idx2 import read_idx2, read_idx2_numbers, read_idx2_table
 from speechiter.plan import BatchView, IdList, decode_ids, encode_ids
-from speechiter.readers import read_idx2
 
 TEXTS = {
     "plain": "a 1\nb 2\nc 3\n",

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import soundfile
 
+from speechiter.audio import read_feat
 from speechiter.errors import DataError
-from speechiter.readers import read_feat, read_idx2, resolve_data_path
+from speechiter.idx2 import read_idx2
+from speechiter.paths import resolve_data_path
 
 from .conftest import REPO_ROOT, TOOLS_DIR
 

@@ -18,7 +18,7 @@ utterances each (one dataset per utterance, named by its id), and:
   (frames). The audio is resampled to the features' rate first (feat_conf
   ``sample_rate`` or ``--sample_rate``); ``dither`` must be 0.
 
-With ``--sample_rate`` waveforms are resampled (soxr, as the readers do) before
+With ``--sample_rate`` waveforms are resampled (soxr, as read_feat does) before
 packing. Other idx2 files (text, speakers) are not touched: point main_data at
 the originals. Exit 0 on success, 2 with one line on stderr for bad input.
 """
@@ -37,9 +37,11 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from speechiter.audio import PCM16_SCALE, data_num_frames, read_feat
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
-from speechiter.readers import data_num_frames, read_feat, read_idx2, resolve_data_path, split_chunk_key
+from speechiter.idx2 import read_idx2
+from speechiter.paths import resolve_data_path, split_chunk_key
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,7 +64,7 @@ def _read_waveform(path, dtype, sample_rate):
             raise DataError(f"{file}: cannot read audio ({e})") from None
     x = read_feat(path, sample_rate)
     if dtype == "int16":
-        x = np.clip(np.round(x * 32768.0), -32768, 32767).astype(np.int16)
+        x = np.clip(np.round(x * PCM16_SCALE), -PCM16_SCALE, PCM16_SCALE - 1).astype(np.int16)
     return x, sample_rate if resample else rate
 
 

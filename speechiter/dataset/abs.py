@@ -20,7 +20,7 @@ import numpy as np
 from speechiter.dataset.collate import collate_values, pad_stack  # noqa: F401 (pad_stack: re-exported)
 from speechiter.dataset.selection import select_ids, selection_rules
 from speechiter.errors import ConfigError, DataError
-from speechiter.idx2 import read_idx2_table
+from speechiter.idx2 import read_idx2_files
 from speechiter.plan import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
 
 
@@ -70,26 +70,10 @@ class Dataset:
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
         if not files:
             raise ConfigError(f"main_data.{key}", "expected an idx2 file or a list of them, got an empty list")
-        files = [os.fspath(f) for f in files]
-        tables, ids = [], None
-        for number, file in enumerate(files):
-            tables.append(read_idx2_table(file))
-            if number:
-                ids = np.concatenate([ids, tables[-1].ids])
-                duplicate = IdIndex(ids).first_duplicate()
-                if duplicate >= 0:
-                    raise DataError(f"{file}: utterance {ids[duplicate].decode('utf-8')} is also listed in another "
-                                    f"{key} file ({', '.join(f for f in files if f != file)})")
-            else:
-                ids = tables[0].ids
-        index = IdIndex(ids)
-        resolve = key in self.path_keys
-        if len(tables) == 1:
-            table = tables[0]
-            return files, Column(index, [table.buffer], table.starts, table.ends, None, files, resolve)
-        file_no = np.repeat(np.arange(len(tables), dtype=np.int32), [len(t) for t in tables])
-        return files, Column(index, [t.buffer for t in tables], np.concatenate([t.starts for t in tables]),
-                             np.concatenate([t.ends for t in tables]), file_no, files, resolve)
+        merged = read_idx2_files(files, key)
+        column = Column(IdIndex(merged.ids), merged.buffers, merged.starts, merged.ends, merged.file_no,
+                        merged.files, key in self.path_keys)
+        return merged.files, column
 
     def _intersect_ids(self) -> IdList:
         """The ids listed under every main_data name, in the first name's order."""

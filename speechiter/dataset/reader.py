@@ -9,7 +9,7 @@ class DatasetReader:
 
     It is also its own picklable factory (``reader()`` returns itself), so
     each worker gets a copy: inherited on fork, pickled with spawn. Datasets
-    that hold open handles must open them lazily (see readers.py).
+    that hold open handles must open them lazily (see speechiter/arrays.py).
     """
 
     def __init__(self, dataset: Dataset):

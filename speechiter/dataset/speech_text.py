@@ -18,12 +18,13 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from speechiter.arrays import read_vector
+from speechiter.audio import read_feat, resample, resampled_length
 from speechiter.checks import check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
-from speechiter.readers import read_feat, read_vector, resample, resampled_length
 from speechiter.seeding import rng
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")

@@ -1,0 +1,51 @@
+"""Path rules for idx2 data values.
+
+A data value is a file path, relative to the idx2 file's folder or absolute,
+optionally naming an entry of a chunk file: ``chunk_000.hdf5:<key>``,
+``feats.npz:<key>``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional, Tuple, Union
+
+from speechiter.errors import DataError
+
+__all__ = ["split_chunk_key", "resolve_data_path", "check_data_file"]
+
+_CHUNK_RE = re.compile(r"^(.*?\.(?:hdf5|h5|npz)):(.+)$", re.IGNORECASE)
+
+PathLike = Union[str, os.PathLike]
+
+
+def split_chunk_key(value: PathLike) -> Tuple[str, Optional[str]]:
+    """Split ``"file.hdf5:key"`` / ``"file.npz:key"`` into ``(file, key)``;
+    any other value gives ``(value, None)``."""
+    value = os.fspath(value)
+    match = _CHUNK_RE.match(value)
+    if match is None:
+        return value, None
+    return match.group(1), match.group(2)
+
+
+def resolve_data_path(value: PathLike, idx2_path: PathLike) -> str:
+    """Resolve a data value from an idx2 file against that file's folder.
+
+    Relative file paths are joined to ``dirname(idx2_path)``; for chunk
+    entries (``file.hdf5:key``, ``file.npz:key``) only the file part is
+    resolved and the key is kept. Absolute paths are returned unchanged.
+    """
+    file, key = split_chunk_key(value)
+    if os.path.isabs(file):
+        return os.fspath(value)
+    file = os.path.normpath(os.path.join(os.path.dirname(os.fspath(idx2_path)), file))
+    return file if key is None else f"{file}:{key}"
+
+
+def check_data_file(file: str) -> None:
+    """Raise DataError naming ``file`` unless it is an existing file."""
+    if not os.path.exists(file):
+        raise DataError(f"{file}: no such file")
+    if os.path.isdir(file):
+        raise DataError(f"{file}: is a folder, expected a data file")
