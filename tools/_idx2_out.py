@@ -46,6 +46,7 @@ import argparse
 import dataclasses
 import os
 import re
+import sys
 import warnings
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -212,11 +213,11 @@ def wav_value(utt: Utterance, out_dir: Path, absolute: bool) -> str:
     return f"{value}#t={utt.start}" + ("" if utt.end is None else f",{utt.end}")
 
 
-def _one_line(value: str, utt_id: str, what: str) -> str:
-    value = " ".join(value.split())
-    if not value:
-        raise InputError(f"utterance {utt_id!r}: empty {what}")
-    return value
+def _one_line(rows):
+    """``[(id, value)]`` with whitespace runs made single spaces; rows whose
+    value is None or blank are left out (counted as missing)."""
+    rows = [(i, " ".join(v.split())) for i, v in rows if v is not None]
+    return [(i, v) for i, v in rows if v]
 
 
 def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = False) -> Dict[str, int]:
@@ -234,8 +235,8 @@ def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = Fals
         "idx2wav": [(u.id, wav_value(u, out_dir, absolute)) for u in utts],
         "idx2wav_len": [(u.id, str(u.length)) for u in utts],
         "idx2dur": [(u.id, u.duration) for u in utts],
-        "idx2text": [(u.id, _one_line(u.text, u.id, "text")) for u in utts if u.text is not None],
-        "idx2spk": [(u.id, _one_line(u.speaker, u.id, "speaker")) for u in utts if u.speaker is not None],
+        "idx2text": _one_line((u.id, u.text) for u in utts),
+        "idx2spk": _one_line((u.id, u.speaker) for u in utts),
     }
     for utt_id, value in columns["idx2spk"]:
         if " " in value:
@@ -282,8 +283,6 @@ def run_main(parser, convert, args) -> int:
             error = e
         else:
             error = None
-    import sys
-
     for w in caught:
         print(f"{parser.prog}: warning: {w.message}", file=sys.stderr)
     if error is not None:

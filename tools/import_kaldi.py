@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import warnings
 from decimal import Decimal
 from pathlib import Path
 
@@ -154,7 +155,7 @@ def _attach(data_dir: Path, utts):
     text = data_dir / "text"
     if text.is_file():
         for _, utt_id, value in known(text, read_table(text)):
-            utts[utt_id].text = value or None
+            utts[utt_id].text = value
     utt2spk, spk2utt = data_dir / "utt2spk", data_dir / "spk2utt"
     speakers = {}
     if utt2spk.is_file():
@@ -181,8 +182,6 @@ def _attach(data_dir: Path, utts):
         for lineno, utt_id, (dur,) in known(utt2dur, read_table(utt2dur, fields=2)):
             utts[utt_id].duration = parse_seconds(dur, f"{utt2dur}:{lineno}", "duration")[1]
     if dropped:
-        import warnings
-
         warnings.warn("lines for utterances not in the data directory were dropped: "
                       + ", ".join(f"{n} in {name}" for name, n in dropped.items()), stacklevel=2)
 
@@ -200,8 +199,8 @@ def import_kaldi(data_dir, out_dir, root=".", absolute=False):
 
 
 def main(argv=None):
-    parser = Parser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                    epilog=__doc__.split("\n\n", 2)[2])
+    parser = Parser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
     parser.add_argument("data_dir", type=Path, help="Kaldi/ESPnet data directory (wav.scp, segments, text, ...)")
     parser.add_argument("out_dir", type=Path, help="folder to write the idx2 files into (created if needed)")
     parser.add_argument("--root", type=Path, default=Path("."),

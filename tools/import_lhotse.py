@@ -204,8 +204,8 @@ def import_lhotse(manifests, out_dir, root=".", channel=None, absolute=False):
 
 
 def main(argv=None):
-    parser = Parser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                    epilog=__doc__.split("\n\n", 2)[2])
+    parser = Parser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
     parser.add_argument("manifests", nargs="+", type=Path, metavar="MANIFEST",
                         help="Lhotse RecordingSet, SupervisionSet or CutSet files")
     parser.add_argument("out_dir", type=Path, help="folder to write the idx2 files into (created if needed)")
