@@ -1,0 +1,216 @@
+"""Convert a Kaldi/ESPnet data directory into speechiter idx2 files.
+
+    python tools/import_kaldi.py data/train corpora/train
+    python tools/import_kaldi.py data/train corpora/train --root /path/to/egs/recipe/s5
+
+Reads DATA_DIR/wav.scp and, when present, segments, text, utt2spk, spk2utt
+and utt2dur; writes into OUT_DIR (created if needed), sorted by id, one
+``<id> <value>`` per line:
+
+- ``idx2wav``: the audio of each utterance. Without ``segments`` each
+  recording is an utterance (its path); with ``segments`` each segment is one,
+  written as ``<path>#t=<start>,<end>`` with the times as ``segments`` gives
+  them (an end of -1, Kaldi's "to the end of the file", becomes the open form
+  ``#t=<start>``). See NOTE [ Segment layout ] in tools/_idx2_out.py.
+- ``idx2wav_len``: samples at the recording's own rate, from the audio header
+  (soundfile.info, read once per recording): the file's frames, or
+  ``half_up((end - start) * rate)`` for a segment (Lhotse's rule; see NOTE
+  [ Segment samples ]).
+- ``idx2dur``: seconds, utt2dur's value as written, else computed
+  (``end - start`` exactly as the decimal texts give it).
+- ``idx2text`` (from text), ``idx2spk`` (from utt2spk, or spk2utt when there is
+  no utt2spk; both must agree) and ``spk_list`` (the speakers, sorted).
+
+Paths. Kaldi resolves relative paths in wav.scp against the folder the recipe
+runs in; so does this tool, against ``--root`` (default: the current folder).
+idx2wav keeps absolute paths and URLs (``s3://...``, read through fsspec) as
+they are, and writes paths that were relative as paths relative to OUT_DIR
+(speechiter resolves a relative idx2 value against its idx2 file's folder):
+the corpus keeps working when the audio and OUT_DIR move together.
+``--absolute`` writes absolute paths instead.
+
+Refused, with one line naming the file and line (exit code 2): piped wav.scp
+entries (``rec sox ... |``; never executed: convert those recordings to
+files first), ark offsets (``foo.ark:123``), paths containing ``#``, duplicate
+ids, a segment whose recording is not in wav.scp, a segment whose end is not
+after its start, and one that starts past (or ends more than 0.5 s past) the
+end of its recording. Lines in text/utt2spk/utt2dur for unknown utterances
+are dropped with a warning.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import warnings
+from decimal import Decimal
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _idx2_out import (  # noqa: E402
+    AudioInfo, InputError, Parser, Utterance, half_up, parse_seconds, resolve, run_main, seconds_text,
+    segment_samples, write_corpus,
+)
+
+_ARK_RE = re.compile(r"\.ark:[0-9]+$")
+
+
+def read_table(path: Path, fields=None):
+    """``[(lineno, id, rest)]`` of a Kaldi table file: ``rest`` is the rest of
+    the line (``fields=None``) or a list of exactly ``fields - 1`` fields.
+    Raises InputError for a malformed line or a duplicate id."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    rows, seen = [], {}
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if fields is None:
+            parts = line.split(None, 1)
+            rest = parts[1].strip() if len(parts) == 2 else ""
+        else:
+            parts = line.split()
+            if len(parts) != fields:
+                raise InputError(f"{path}:{lineno}: expected {fields} fields, got {len(parts)}: {line.strip()!r}")
+            rest = parts[1:]
+        utt_id = parts[0]
+        if utt_id in seen:
+            raise InputError(f"{path}:{lineno}: duplicate id {utt_id!r} (first on line {seen[utt_id]})")
+        seen[utt_id] = lineno
+        rows.append((lineno, utt_id, rest))
+    return rows
+
+
+def _recordings(data_dir: Path, root: Path):
+    """``{recording id: ((location, relative), where)}`` from wav.scp."""
+    wav_scp = data_dir / "wav.scp"
+    if not wav_scp.is_file():
+        raise InputError(f"{data_dir}: no wav.scp (is this a Kaldi data directory?)")
+    recordings = {}
+    for lineno, rec_id, value in read_table(wav_scp):
+        where = f"{wav_scp}:{lineno}"
+        if not value:
+            raise InputError(f"{where}: recording {rec_id!r} has no path")
+        if value.endswith("|"):
+            raise InputError(f"{where}: recording {rec_id!r} is a piped command, which is never run; "
+                             f"write that audio to files and list their paths in wav.scp")
+        if _ARK_RE.search(value):
+            raise InputError(f"{where}: recording {rec_id!r} is an ark offset ({value}); "
+                             f"write that audio to files and list their paths in wav.scp")
+        recordings[rec_id] = (resolve(value, root, where), where)
+    return recordings
+
+
+def _utterances(data_dir: Path, recordings, info: AudioInfo):
+    """``{utt id: Utterance}`` for the segments, or for the whole recordings."""
+    segments = data_dir / "segments"
+    utts = {}
+    if not segments.is_file():
+        for rec_id, ((location, relative), where) in recordings.items():
+            frames, rate = info(location, where)
+            utts[rec_id] = Utterance(rec_id, location, frames, seconds_text(frames / rate), relative=relative)
+        return utts
+    for lineno, utt_id, (rec_id, start_text, end_text) in read_table(segments, fields=4):
+        where = f"{segments}:{lineno}"
+        if rec_id not in recordings:
+            raise InputError(f"{where}: segment {utt_id!r}: recording {rec_id!r} is not in wav.scp")
+        start, start_text = parse_seconds(start_text, where, "start")
+        if end_text.strip() == "-1":
+            end = end_text = None
+        else:
+            end, end_text = parse_seconds(end_text, where, "end")
+            if end <= start:
+                raise InputError(f"{where}: segment {utt_id!r} ends at {end_text} s, not after its start "
+                                 f"({start_text} s)")
+        (location, relative), rec_where = recordings[rec_id]
+        frames, rate = info(location, rec_where)
+        length = segment_samples(start, end, frames, rate, where)
+        if end is None or length != half_up((end - start) * rate):
+            duration = seconds_text(length / rate)  # open or clipped: what exists
+        else:
+            duration = _decimal_text(Decimal(end_text) - Decimal(start_text))
+        utts[utt_id] = Utterance(utt_id, location, length, duration, start_text, end_text, relative=relative)
+    return utts
+
+
+def _decimal_text(value: Decimal) -> str:
+    text = format(value, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _attach(data_dir: Path, utts):
+    """Add text, speakers and durations from the optional files."""
+    dropped = {}
+
+    def known(path, rows):
+        kept = [r for r in rows if r[1] in utts]
+        if len(kept) != len(rows):
+            dropped[path.name] = len(rows) - len(kept)
+        return kept
+
+    text = data_dir / "text"
+    if text.is_file():
+        for _, utt_id, value in known(text, read_table(text)):
+            utts[utt_id].text = value
+    utt2spk, spk2utt = data_dir / "utt2spk", data_dir / "spk2utt"
+    speakers = {}
+    if utt2spk.is_file():
+        for _, utt_id, (spk,) in known(utt2spk, read_table(utt2spk, fields=2)):
+            speakers[utt_id] = spk
+    if spk2utt.is_file():
+        from_spk2utt = {}
+        for lineno, spk, members in read_table(spk2utt):
+            for utt_id in members.split():
+                if utt_id in from_spk2utt:
+                    raise InputError(f"{spk2utt}:{lineno}: utterance {utt_id!r} is listed under two speakers")
+                if utt2spk.is_file() and utt_id in utts and speakers.get(utt_id) != spk:
+                    raise InputError(f"{spk2utt}:{lineno}: utterance {utt_id!r} is under speaker {spk!r}, but "
+                                     f"utt2spk says {speakers.get(utt_id)!r}")
+                from_spk2utt[utt_id] = spk
+        if not utt2spk.is_file():
+            for utt_id, spk in from_spk2utt.items():
+                if utt_id in utts:
+                    speakers[utt_id] = spk
+    for utt_id, spk in speakers.items():
+        utts[utt_id].speaker = spk
+    utt2dur = data_dir / "utt2dur"
+    if utt2dur.is_file():
+        for lineno, utt_id, (dur,) in known(utt2dur, read_table(utt2dur, fields=2)):
+            utts[utt_id].duration = parse_seconds(dur, f"{utt2dur}:{lineno}", "duration")[1]
+    if dropped:
+        warnings.warn("lines for utterances not in the data directory were dropped: "
+                      + ", ".join(f"{n} in {name}" for name, n in dropped.items()), stacklevel=2)
+
+
+def import_kaldi(data_dir, out_dir, root=".", absolute=False):
+    """Convert ``data_dir`` into ``out_dir``; returns ``{file name: lines}``.
+    Raises InputError (one line) for bad input."""
+    data_dir, out_dir, root = Path(data_dir), Path(out_dir), Path(root).resolve()
+    if not data_dir.is_dir():
+        raise InputError(f"{data_dir}: no such data directory")
+    recordings = _recordings(data_dir, root)
+    utts = _utterances(data_dir, recordings, AudioInfo())
+    _attach(data_dir, utts)
+    return write_corpus(out_dir, utts.values(), absolute)
+
+
+def main(argv=None):
+    parser = Parser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+    parser.add_argument("data_dir", type=Path, help="Kaldi/ESPnet data directory (wav.scp, segments, text, ...)")
+    parser.add_argument("out_dir", type=Path, help="folder to write the idx2 files into (created if needed)")
+    parser.add_argument("--root", type=Path, default=Path("."),
+                        help="folder that relative wav.scp paths are relative to (default: the current folder, "
+                             "as in Kaldi: the recipe folder)")
+    parser.add_argument("--absolute", action="store_true",
+                        help="write absolute paths in idx2wav (default: relative ones stay relative, to OUT_DIR)")
+    args = parser.parse_args(argv)
+    return run_main(parser, lambda a: import_kaldi(a.data_dir, a.out_dir, a.root, a.absolute), args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
