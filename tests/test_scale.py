@@ -5,10 +5,11 @@ import pytest
 
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import DataError
-from speechiter.iterator.abs import Iterator, clip_batches, make_divisible, rank_share
+from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator, block_bounds
+from speechiter.iterator.view import BatchView, as_view, clip_batches, make_divisible, rank_share
 from speechiter.idx2 import read_idx2_numbers, read_idx2_table
-from speechiter.plan import BatchView, IdList, decode_ids, encode_ids
+from speechiter.plan import IdList, decode_ids, encode_ids
 from speechiter.readers import read_idx2
 
 TEXTS = {
@@ -55,20 +56,45 @@ def random_view(rng, count=40):
     return BatchView(ids, cuts)
 
 
+# The rules as plain loops over lists (SpeeChain's form), against which the vectorised view steps are checked.
+def clip_lists(batches, per_epoch, epoch):
+    if per_epoch is None:
+        return list(batches)
+    cursor = (per_epoch * (epoch - 1)) % len(batches)
+    return [batches[(cursor + i) % len(batches)] for i in range(per_epoch)]
+
+
+def divisible_lists(batches, ngpu):
+    result, carry = [], []
+    for batch in batches:
+        batch = carry + list(batch)
+        remain = len(batch) % ngpu
+        carry = batch[len(batch) - remain:] if remain else []
+        if len(batch) > remain:
+            result.append(batch[:len(batch) - remain])
+    return result + [carry] if carry else result
+
+
+def share_lists(batches, rank, world, descending):
+    start = world - rank - 1 if descending else rank
+    return [batch[start::world] or [batch[-1]] for batch in batches]
+
+
 @pytest.mark.parametrize("seed", range(20))
-def test_compact_rules_equal_their_list_forms(seed):
+def test_view_steps_equal_the_plain_list_rules(seed):
     rng = np.random.default_rng(seed)
     view = random_view(rng)
     lists = view.tolist()
     for ngpu in (2, 3, 4):
-        assert make_divisible(view, ngpu) == make_divisible(lists, ngpu)
+        assert make_divisible(view, ngpu) == divisible_lists(lists, ngpu)
     for world in (2, 3, 5):
         for rank in range(world):
             for descending in (True, False):
-                assert rank_share(view, rank, world, descending) == rank_share(lists, rank, world, descending)
+                assert rank_share(view, rank, world, descending) == share_lists(lists, rank, world, descending)
     for per_epoch in (1, 3, len(lists) + 4):
         for epoch in (1, 2, 5):
-            assert clip_batches(view, per_epoch, epoch) == clip_batches(lists, per_epoch, epoch)
+            assert clip_batches(view, per_epoch, epoch) == clip_lists(lists, per_epoch, epoch)
+    assert as_view(lists, "hook") == view and as_view(view, "hook") is view
 
 
 @pytest.mark.parametrize("seed", range(10))
