@@ -93,7 +93,8 @@ class Iterator:
         if lengths is not None and kept is not None:
             lengths = lengths.take(kept)
         # the hooks' form: compact for a built-in batches_generate_fn, a dict for a subclass's own
-        self.data_len: Optional[Mapping[str, float]] = lengths if lengths is None or is_vectorised(self) else lengths.to_dict()
+        self.data_len: Optional[Mapping[str, float]] = (lengths if lengths is None or is_vectorised(self)
+                                                        else lengths.to_dict())
         view = self._generate_view(sort_ids(self.dataset.get_data_index(), lengths, is_descending), iter_conf)
         self.rank, self.world_size = resolve_rank(distributed, rank, world_size)
         self._set_view(self._distribute(view))
