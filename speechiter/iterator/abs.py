@@ -126,14 +126,16 @@ class Iterator:
         self._batch_lists: Optional[List[List[str]]] = None
         self._view_fingerprint: Optional[str] = None
 
-    def _in_hook_form(self, view: BatchView) -> Sequence[List[str]]:
+    def _public_form(self, view: BatchView) -> Sequence[List[str]]:
         """A view as the public API gives it: the BatchView itself (reads like
         a list of lists), or real lists for a subclass whose hook returns lists."""
         return view if is_vectorised(self) else view.tolist()
 
     @property
     def batches(self) -> Sequence[List[str]]:
-        """The batching view (before clipping and shuffling)."""
+        """The batching view (before clipping and shuffling). For a subclass
+        whose hook returns lists, a list made once from the view: assign
+        ``self.batches = ...`` to replace the view, in place edits are not seen."""
         if is_vectorised(self):
             return self._view
         if self._batch_lists is None:
@@ -198,7 +200,7 @@ class Iterator:
 
     def epoch_batches(self, epoch: int) -> Sequence[List[str]]:
         """The epoch's full plan: the clipped, shuffled batching view."""
-        return self._in_hook_form(self._epoch_plan(epoch))
+        return self._public_form(self._epoch_plan(epoch))
 
     def epoch_tasks(self, epoch: int, start_step: int = 0) -> EpochTasks:
         """The engine's tasks for one epoch from ``start_step`` on.
