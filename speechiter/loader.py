@@ -14,7 +14,6 @@ All three build a batch with speechiter.sequence.fetch, so they give the same
 batches.
 """
 import time
-import weakref
 from typing import Any, Dict, List, Optional
 
 from speechiter.dataset.reader import DatasetReader
@@ -77,7 +76,7 @@ class Loader:
 
     def __iter__(self):
         engine = engine_of(self.iterator)
-        lookahead = self._following_tasks(self.iterator.buffer) if self.prefetch_next else ()
+        lookahead = self._following_tasks(self.iterator.engine_settings.lookahead) if self.prefetch_next else ()
         started = time.perf_counter()
         batches = engine.iterate(self.tasks, lookahead)
         try:
@@ -99,10 +98,7 @@ class Loader:
 
 def engine_of(iterator):
     """The iterator's engine, started on first use."""
-    if iterator._loader_engine is None:
-        iterator._loader_engine = _make_engine(iterator)
-        weakref.finalize(iterator, iterator._loader_engine.close)
-    return iterator._loader_engine
+    return iterator.engine()
 
 
 def _make_engine(iterator):

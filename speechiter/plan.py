@@ -1,4 +1,5 @@
-"""Compact, vectorised planning: idx2 files as arrays, ids as bytes, batches as offsets.
+"""Compact storage for planning: ids as bytes (IdIndex, IdList, SortedIds), idx2 values as byte ranges (Column),
+lengths as arrays (LengthMap). The batching view built on them is speechiter.iterator.view.BatchView.
 
 # NOTE [ Compact storage ]
 A corpus of 10M utterances as dicts of Python strings costs gigabytes, seconds
@@ -12,7 +13,7 @@ the refcounts of the objects it reads, so shared pages are copied, pytorch
 - idx2 values stay in the bytes of the file they came from, as ``[start, end)``
   ranges (:class:`Column`); a value becomes a ``str`` only when read;
 - a batching view is one array of ids in batch order plus batch offsets
-  (:class:`BatchView`).
+  (:class:`speechiter.iterator.view.BatchView`).
 
 The public API still speaks lists and dicts: :class:`IdList`, :class:`Column`,
 :class:`LengthMap` and :class:`BatchView` are read-only ``Sequence`` /
@@ -73,14 +74,6 @@ class IdIndex:
     def id_order(self) -> Optional[np.ndarray]:
         """Rows in id order (None when the ids are sorted already)."""
         return self._lookup()[1]
-
-    def first_duplicate(self) -> int:
-        """Row of the earliest repeated id (its second occurrence), or -1."""
-        sorted_ids, perm = self._lookup()
-        if perm is None:
-            return -1
-        same = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
-        return int(perm[same + 1].min()) if len(same) else -1
 
     def find(self, query: np.ndarray) -> np.ndarray:
         """Rows of ``query`` ids (int64), -1 where absent."""
@@ -160,58 +153,6 @@ class SortedIds(IdList):
         self.lengths = lengths
 
 
-class BatchView(Sequence):
-    """A batching view: ``ids`` (S array) in batch order and batch offsets
-    ``bounds`` (batch i is ``ids[bounds[i]:bounds[i + 1]]``). Reads as a
-    list of lists of ids; compares equal to one."""
-
-    def __init__(self, ids: np.ndarray, bounds: np.ndarray):
-        self.ids = ids
-        self.bounds = np.asarray(bounds, dtype=np.int64)
-
-    def __len__(self):
-        return len(self.bounds) - 1
-
-    def __getitem__(self, item):
-        if isinstance(item, slice):
-            return [self[i] for i in range(*item.indices(len(self)))]
-        if item < 0:
-            item += len(self)
-        if not 0 <= item < len(self):
-            raise IndexError("batch index out of range")
-        return decode_ids(self.ids[self.bounds[item]:self.bounds[item + 1]])
-
-    def __iter__(self):
-        flat = iter(IdList(self.ids))
-        for size in self.sizes().tolist():
-            yield [next(flat) for _ in range(size)]
-
-    def sizes(self) -> np.ndarray:
-        return np.diff(self.bounds)
-
-    def take(self, batches: np.ndarray) -> "BatchView":
-        """The batches at ``batches`` (indices, repeats allowed), in that order."""
-        batches = np.asarray(batches, dtype=np.int64)
-        sizes = self.sizes()[batches]
-        bounds = np.zeros(len(batches) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=bounds[1:])
-        rows = np.arange(bounds[-1], dtype=np.int64) - np.repeat(bounds[:-1] - self.bounds[batches], sizes)
-        return BatchView(self.ids[rows], bounds)
-
-    def tolist(self) -> List[List[str]]:
-        return list(self)
-
-    def __eq__(self, other):
-        if isinstance(other, BatchView):
-            return np.array_equal(self.bounds, other.bounds) and np.array_equal(self.ids, other.ids)
-        if isinstance(other, (list, tuple)):
-            return len(other) == len(self) and all(a == list(b) for a, b in zip(self, other))
-        return NotImplemented
-
-    def __repr__(self):
-        return f"BatchView({len(self)} batches, {len(self.ids)} ids)"
-
-
 # ------------------------------------------------------------ value columns
 
 
@@ -289,62 +230,3 @@ class LengthMap(Mapping):
     def to_dict(self):
         values = self.values.tolist()
         return dict(zip(IdList(self.index.ids), (int(v) if v.is_integer() else v for v in values)))
-
-
-# ------------------------------------------------------- batching helpers
-
-
-def vectorised(fn):
-    """Mark a built-in ``batches_generate_fn`` that takes the compact fast
-    path (SortedIds in, BatchView out) and also accepts lists and dicts."""
-    fn.vectorised = True
-    return fn
-
-
-def is_vectorised(iterator) -> bool:
-    return bool(getattr(type(iterator).batches_generate_fn, "vectorised", False))
-
-
-def lengths_of(data_index, data_len) -> np.ndarray:
-    """The lengths of ``data_index`` as float64 (from SortedIds when it has them)."""
-    if isinstance(data_index, SortedIds) and data_index.lengths is not None:
-        return data_index.lengths
-    return np.array([data_len[uid] for uid in data_index], dtype=np.float64)
-
-
-def batches_from_bounds(data_index, bounds):
-    """Cut ``data_index`` at ``bounds``: a BatchView for compact input, lists otherwise."""
-    bounds = np.asarray(bounds, dtype=np.int64)
-    if isinstance(data_index, IdList):
-        return BatchView(data_index.array, bounds)
-    items = list(data_index)
-    return [items[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
-
-
-def batch_lengths(dataset, values: np.ndarray, identity) -> np.ndarray:
-    """``dataset.batch_length_fn`` over ``values`` (float64).
-
-    Tried once on the whole array; kept if it gives an array of the same
-    shape that agrees with per-value calls on a sample. Otherwise it is called
-    once per distinct value (ints for whole lengths, as the hook always got).
-    """
-    fn = dataset.batch_length_fn
-    if getattr(fn, "__func__", None) is identity or len(values) == 0:
-        return values
-
-    def one(value):
-        return fn(int(value) if value.is_integer() else value)
-
-    rows = np.concatenate([np.linspace(0, len(values) - 1, 64).astype(np.int64),
-                           [int(values.argmin()), int(values.argmax())]])
-    try:
-        with np.errstate(all="ignore"):
-            out = np.asarray(fn(values.copy()), dtype=np.float64)
-        if out.shape == values.shape:
-            expected = np.array([one(v) for v in values[rows].tolist()], dtype=np.float64)
-            if np.array_equal(out[rows], expected):
-                return out
-    except Exception:  # noqa: BLE001 - a hook that is not element-wise; call it per value
-        pass
-    distinct, inverse = np.unique(values, return_inverse=True)
-    return np.array([one(v) for v in distinct.tolist()], dtype=np.float64)[inverse]

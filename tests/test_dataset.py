@@ -224,7 +224,7 @@ def test_collate_values_pads_and_keeps_strings():
                                   {"feat_conf": {"n_mels": 40}, "sample_rate": 16000},
                                   {"use_speed_perturb": True, "feat_conf": {"n_mels": 40}, "sample_rate": 16000}])
 def test_batch_length_fn_takes_arrays_like_numbers(corpus, conf):
-    # Planning calls the hook once on all lengths (see plan.batch_lengths); it must agree element-wise.
+    # Planning calls the hook once on all lengths (see iterator.lengths.batch_lengths); it must agree element-wise.
     dataset = SpeechTextDataset(main_data={"feat": str(corpus / "idx2wav")}, **conf)
     lengths = np.array([0, 1, 399, 400, 401, 16000, 160001, 12345.5, 99999], dtype=np.float64)
     one_by_one = [dataset.batch_length_fn(int(v) if float(v).is_integer() else v) for v in lengths.tolist()]

@@ -4,9 +4,10 @@ import pytest
 
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError
-from speechiter.iterator.abs import Iterator, clip_batches, make_divisible, rank_share
+from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.piece import PieceIterator
+from speechiter.iterator.view import BatchView, clip_batches, make_divisible, rank_share
 from speechiter.loader import Loader, engine_of
 
 
@@ -84,7 +85,7 @@ def test_piece_and_abs_batch_sizes(lengths_corpus):
 
 
 def test_clip_cursor_rule_smaller_and_larger():
-    view = [[str(i)] for i in range(5)]
+    view = BatchView.from_lists([[str(i)] for i in range(5)])
     assert flat(clip_batches(view, 3, 1)) == ["0", "1", "2"]
     assert flat(clip_batches(view, 3, 2)) == ["3", "4", "0"]
     assert flat(clip_batches(view, 3, 3)) == ["1", "2", "3"]
@@ -132,14 +133,14 @@ def test_prefetch_reaches_past_epochs_shorter_than_the_buffer(lengths_corpus):
 
 
 def test_make_divisible_moves_remainders_forward():
-    batches = [["a", "b", "c"], ["d", "e", "f"], ["g"]]
+    batches = BatchView.from_lists([["a", "b", "c"], ["d", "e", "f"], ["g"]])
     out = make_divisible(batches, 2)
     assert out == [["a", "b"], ["c", "d", "e", "f"], ["g"]]
     assert flat(out) == flat(batches)
 
 
 def test_rank_share_equal_steps_and_documented_padding():
-    batches = [["a", "b", "c", "d", "e"], ["f", "g"], ["h"]]
+    batches = BatchView.from_lists([["a", "b", "c", "d", "e"], ["f", "g"], ["h"]])
     shares = [rank_share(batches, r, 3, descending=True) for r in range(3)]
     assert all(len(s) == len(batches) for s in shares)
     assert shares[2][0] == ["a", "d"] and shares[0][0] == ["c"]

@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 from speechiter.dataset.speech_text import SpeechTextDataset
-from speechiter.errors import DataError
-from speechiter.iterator.abs import Iterator, clip_batches, make_divisible, rank_share
+from speechiter.errors import ConfigError, DataError
+from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator, block_bounds
+from speechiter.iterator.view import BatchView, as_view, clip_batches, make_divisible, rank_share
 from speechiter.idx2 import read_idx2, read_idx2_numbers, read_idx2_table
-from speechiter.plan import BatchView, IdList, decode_ids, encode_ids
+from speechiter.plan import IdList, decode_ids, encode_ids
 
 TEXTS = {
     "plain": "a 1\nb 2\nc 3\n",
@@ -54,20 +55,45 @@ def random_view(rng, count=40):
     return BatchView(ids, cuts)
 
 
+# The rules as plain loops over lists (SpeeChain's form), against which the vectorised view steps are checked.
+def clip_lists(batches, per_epoch, epoch):
+    if per_epoch is None:
+        return list(batches)
+    cursor = (per_epoch * (epoch - 1)) % len(batches)
+    return [batches[(cursor + i) % len(batches)] for i in range(per_epoch)]
+
+
+def divisible_lists(batches, ngpu):
+    result, carry = [], []
+    for batch in batches:
+        batch = carry + list(batch)
+        remain = len(batch) % ngpu
+        carry = batch[len(batch) - remain:] if remain else []
+        if len(batch) > remain:
+            result.append(batch[:len(batch) - remain])
+    return result + [carry] if carry else result
+
+
+def share_lists(batches, rank, world, descending):
+    start = world - rank - 1 if descending else rank
+    return [batch[start::world] or [batch[-1]] for batch in batches]
+
+
 @pytest.mark.parametrize("seed", range(20))
-def test_compact_rules_equal_their_list_forms(seed):
+def test_view_steps_equal_the_plain_list_rules(seed):
     rng = np.random.default_rng(seed)
     view = random_view(rng)
     lists = view.tolist()
     for ngpu in (2, 3, 4):
-        assert make_divisible(view, ngpu) == make_divisible(lists, ngpu)
+        assert make_divisible(view, ngpu) == divisible_lists(lists, ngpu)
     for world in (2, 3, 5):
         for rank in range(world):
             for descending in (True, False):
-                assert rank_share(view, rank, world, descending) == rank_share(lists, rank, world, descending)
+                assert rank_share(view, rank, world, descending) == share_lists(lists, rank, world, descending)
     for per_epoch in (1, 3, len(lists) + 4):
         for epoch in (1, 2, 5):
-            assert clip_batches(view, per_epoch, epoch) == clip_batches(lists, per_epoch, epoch)
+            assert clip_batches(view, per_epoch, epoch) == clip_lists(lists, per_epoch, epoch)
+    assert as_view(lists, "hook") == view and as_view(view, "hook") is view
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -149,3 +175,53 @@ def test_sort_of_wide_whole_lengths_keeps_ties_in_id_order(tmp_path, descending)
     length = dict(zip(ids, lengths.tolist()))
     expected = sorted(sorted(ids), key=lambda u: -length[u] if descending else length[u])
     assert [b[0] for b in iterator.batches] == expected
+
+
+class ListEpochs(Iterator):
+    """A subclass that speaks lists everywhere: its own hook and its own epoch_view."""
+
+    def batches_generate_fn(self, data_index, data_len, batch_size=4):
+        return [data_index[i:i + batch_size] for i in range(0, len(data_index), batch_size)]
+
+    def epoch_view(self, epoch):
+        return self.batches[::-1] if epoch % 2 == 0 else self.batches
+
+
+def test_list_epoch_view_and_batches_are_converted_once(lengths_corpus):
+    conf = dict(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(lengths_corpus / "idx2text")}},
+                data_len=str(lengths_corpus / "idx2len"), engine="inline", shuffle=False)
+    iterator = ListEpochs(**conf)
+    assert type(iterator.batches) is list and type(iterator.get_batch_indices()) is list
+    assert iterator.epoch_batches(2) == iterator.batches[::-1] and type(iterator.epoch_batches(2)) is list
+    assert [task.ids for task in iterator.epoch_tasks(2)] == iterator.batches[::-1]
+    iterator.batches = iterator.batches[:2]  # a subclass may still replace its view
+    assert len(iterator) == 2 and iterator.epoch_batches(1) == iterator.batches
+
+
+@pytest.mark.parametrize("answer", [[], [["utt001"], []], [("utt001",)], "utt001"])
+def test_malformed_or_empty_hook_answers(lengths_corpus, answer):
+    class Bad(Iterator):
+        def batches_generate_fn(self, data_index, data_len):
+            return answer
+    conf = dict(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(lengths_corpus / "idx2text")}},
+                engine="inline")
+    with pytest.raises(DataError if answer == [] else ConfigError,
+                       match="view is empty" if answer == [] else "Bad.batches_generate_fn must return a list of"):
+        Bad(**conf)
+
+
+def test_engine_settings_and_lifecycle(lengths_corpus):
+    iterator = Iterator(dataset_type=SpeechTextDataset,
+                        dataset_conf={"main_data": {"text": str(lengths_corpus / "idx2text")}},
+                        engine="inline", num_workers=3)
+    assert iterator.engine_settings.kind == "inline" and iterator.engine_settings.lookahead == 6
+    engine = iterator.engine()
+    assert iterator.engine() is engine
+    assert len(list(iterator.build_loader(1))) == len(iterator)
+    iterator.close()
+    iterator.close()  # a second close does nothing
+    assert iterator.engine() is not engine
+    iterator.close()
+    with pytest.raises(ConfigError, match="num_workers: expected a non-negative integer, got -1"):
+        Iterator(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(lengths_corpus / "idx2text")}},
+                 num_workers=-1)

@@ -1,11 +1,12 @@
 """BlockIterator: batches with about the same total length ("rectangles of similar area")."""
-from typing import Dict, List, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from speechiter.checks import check_positive_number
 from speechiter.errors import ConfigError
-from speechiter.iterator.abs import Iterator, positive_number
-from speechiter.plan import batches_from_bounds, lengths_of, vectorised
+from speechiter.iterator.abs import Iterator
+from speechiter.iterator.view import Batches, batches_from_bounds, lengths_of, vectorised
 
 
 class BlockIterator(Iterator):
@@ -21,15 +22,24 @@ class BlockIterator(Iterator):
     """
 
     @vectorised
-    def batches_generate_fn(self, data_index: List[str], data_len: Optional[Dict[str, float]],
-                            batch_len: float = None) -> List[List[str]]:
+    def batches_generate_fn(self, data_index: Sequence[str], data_len: Optional[Mapping[str, float]],
+                            batch_len: Optional[float] = None) -> Batches:
         if batch_len is None:
             raise ConfigError("batch_len", "missing; BlockIterator needs the total length of a batch")
-        batch_len = positive_number(batch_len, "batch_len")
+        batch_len = check_budget(batch_len, "batch_len")
         if data_len is None:
             raise ConfigError("data_len", "BlockIterator needs utterance lengths: give data_len (an idx2 length "
                                           "file such as idx2wav_len) or use a dataset that registers them")
         return batches_from_bounds(data_index, block_bounds(lengths_of(data_index, data_len), batch_len))
+
+
+def check_budget(value: Any, where: str) -> float:
+    """check_positive_number, with the batching options' one wording for
+    every bad value ("batch_len: expected a positive number, got 'abc'")."""
+    try:
+        return check_positive_number(value, where)
+    except ConfigError:
+        raise ConfigError(where, f"expected a positive number, got {value!r}") from None
 
 
 def block_bounds(lengths: np.ndarray, batch_len: float) -> np.ndarray:

@@ -25,13 +25,15 @@ epoch's shuffle of batches (``shuffle``), the cursor rule
 view as to any other (see Iterator.epoch_view). Every rank computes the same
 view, so all ranks run the same number of steps.
 """
-from typing import Dict, List, Optional
+from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
 from speechiter.errors import ConfigError
-from speechiter.iterator.abs import Iterator, make_divisible, positive_number, rank_share
-from speechiter.plan import BatchView, IdList, encode_ids, lengths_of, vectorised
+from speechiter.iterator.abs import Iterator
+from speechiter.iterator.block import check_budget
+from speechiter.iterator.view import Batches, BatchView, hook_answer, lengths_of, vectorised
+from speechiter.plan import encode_ids
 
 _STREAM = 0x6275636B  # "buck": keeps the bucket shuffle apart from other draws of (seed, epoch)
 
@@ -50,35 +52,30 @@ class BucketIterator(Iterator):
     """
 
     @vectorised
-    def batches_generate_fn(self, data_index: List[str], data_len: Optional[Dict[str, float]],
-                            batch_len: float = None, bucket_width: float = 0.02,
-                            quadratic_scale: Optional[float] = None) -> List[List[str]]:
+    def batches_generate_fn(self, data_index: Sequence[str], data_len: Optional[Mapping[str, float]],
+                            batch_len: Optional[float] = None, bucket_width: float = 0.02,
+                            quadratic_scale: Optional[float] = None) -> Batches:
         if batch_len is None:
             raise ConfigError("batch_len", "missing; BucketIterator needs the padded length budget of a batch")
-        batch_len = positive_number(batch_len, "batch_len")
-        bucket_width = positive_number(bucket_width, "bucket_width")
+        batch_len = check_budget(batch_len, "batch_len")
+        bucket_width = check_budget(bucket_width, "bucket_width")
         if quadratic_scale is not None:
-            quadratic_scale = positive_number(quadratic_scale, "quadratic_scale")
+            quadratic_scale = check_budget(quadratic_scale, "quadratic_scale")
         if data_len is None:
             raise ConfigError("data_len", "BucketIterator needs utterance lengths: give data_len (an idx2 length "
                                           "file such as idx2wav_len) or use a dataset that registers them")
         self.buckets = Buckets(encode_ids(data_index), lengths_of(data_index, data_len), batch_len, bucket_width,
                                quadratic_scale, self.ngpu, self.is_descending is not False)
-        self._views = {}
-        view = self.buckets.compose(self.seed, 1)
-        return view if isinstance(data_index, IdList) else view.tolist()
+        self._views: Dict[int, BatchView] = {}
+        return hook_answer(data_index, self.buckets.compose(self.seed, 1))
 
-    def epoch_view(self, epoch: int):
+    def epoch_view(self, epoch: int) -> BatchView:
         """The batches of ``epoch``: the buckets reshuffled with (seed, epoch),
         then the ngpu rule and this rank's share, as for epoch 1."""
         if epoch == 1:
-            return self.batches
+            return self._view
         if epoch not in self._views:
-            view = self.buckets.compose(self.seed, epoch)
-            if self.ngpu > 1:
-                view = make_divisible(view, self.ngpu)
-            if self.world_size > 1:
-                view = rank_share(view, self.rank, self.world_size, self.is_descending is not False)
+            view = self._distribute(self.buckets.compose(self.seed, epoch))
             if len(self._views) >= 2:  # the loader asks for this epoch and the next
                 self._views.pop(next(iter(self._views)))
             self._views[epoch] = view

@@ -1,9 +1,9 @@
 """PieceIterator: a fixed number of utterances in every batch."""
-from typing import Dict, List, Optional
+from typing import Mapping, Optional, Sequence
 
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator
-from speechiter.plan import vectorised
+from speechiter.iterator.view import Batches, vectorised
 
 
 class PieceIterator(Iterator):
@@ -11,8 +11,8 @@ class PieceIterator(Iterator):
     last batch holds the remainder). Mainly for evaluation, e.g. batch_size 1."""
 
     @vectorised
-    def batches_generate_fn(self, data_index: List[str], data_len: Optional[Dict[str, float]],
-                            batch_size: int = None) -> List[List[str]]:
+    def batches_generate_fn(self, data_index: Sequence[str], data_len: Optional[Mapping[str, float]],
+                            batch_size: Optional[int] = None) -> Batches:
         if batch_size is None:
             raise ConfigError("batch_size", "missing; PieceIterator needs the number of utterances per batch")
         return super().batches_generate_fn(data_index, data_len, batch_size)

@@ -1,0 +1,142 @@
+"""An Iterator's per-utterance data: lengths (``data_len``), group labels
+(``group_info``), and the length sort.
+
+Ids without a length, or without a label in every group, are dropped from
+the dataset with a warning. Everything stays compact (LengthMap, Column,
+SortedIds; see NOTE [ Compact storage ] in speechiter/plan.py).
+"""
+import warnings
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from speechiter.dataset.abs import Dataset
+from speechiter.errors import ConfigError, DataError
+from speechiter.idx2 import read_idx2_files
+from speechiter.plan import Column, IdIndex, IdList, LengthMap, SortedIds, encode_ids
+
+Files = Union[str, List[str]]
+
+
+def load_lengths(dataset: Dataset, data_len: Optional[Files]) -> Optional[LengthMap]:
+    """Lengths after the dataset's batch_length_fn, for every id it keeps:
+    from the ``data_len`` idx2 files, else those the dataset registers, else None."""
+    ids = dataset.id_array()
+    if data_len is None:
+        registered = dataset.data_len
+        if registered is None:
+            return None
+        values = np.array([registered[uid] for uid in IdList(ids)], dtype=np.float64)
+    else:
+        files = [data_len] if isinstance(data_len, str) else list(data_len)
+        merged = read_idx2_files(files, "data_len")
+        file_ids, file_values = merged.ids, merged.numbers()
+        rows = IdIndex(file_ids).find(ids)
+        missing = rows < 0
+        if missing.any():
+            warnings.warn(f"{int(missing.sum())} of {len(ids)} utterances have no length in {', '.join(files)} "
+                          f"and are dropped (first: {ids[int(np.argmax(missing))].decode('utf-8')})",
+                          stacklevel=3)
+            if missing.all():
+                raise DataError(f"no utterance of the dataset has a length in {', '.join(files)}")
+            dataset.keep_only(ids[~missing])
+            ids, rows = dataset.id_array(), rows[~missing]
+        values = file_values[rows]
+    return LengthMap(IdIndex(ids), batch_lengths(dataset, values))
+
+
+def batch_lengths(dataset: Dataset, values: np.ndarray) -> np.ndarray:
+    """``dataset.batch_length_fn`` over ``values`` (float64).
+
+    Tried once on the whole array; kept if it gives an array of the same
+    shape that agrees with per-value calls on a sample. Otherwise it is called
+    once per distinct value (ints for whole lengths, as the hook always got).
+    """
+    fn = dataset.batch_length_fn
+    if getattr(fn, "__func__", None) is Dataset.batch_length_fn or len(values) == 0:
+        return values
+
+    def one(value):
+        return fn(int(value) if value.is_integer() else value)
+
+    rows = np.concatenate([np.linspace(0, len(values) - 1, 64).astype(np.int64),
+                           [int(values.argmin()), int(values.argmax())]])
+    try:
+        with np.errstate(all="ignore"):
+            out = np.asarray(fn(values.copy()), dtype=np.float64)
+        if out.shape == values.shape:
+            expected = np.array([one(v) for v in values[rows].tolist()], dtype=np.float64)
+            if np.array_equal(out[rows], expected):
+                return out
+    except Exception:  # noqa: BLE001 - a hook that is not element-wise; call it per value
+        pass
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return np.array([one(v) for v in distinct.tolist()], dtype=np.float64)[inverse]
+
+
+def load_group_info(dataset: Dataset, group_info: Optional[Dict[str, Files]]
+                    ) -> Tuple[Optional[Dict[str, Column]], Optional[np.ndarray]]:
+    """``{group: {id: label}}`` (read-only mappings) and the rows of the
+    dataset's ids that were kept (None when all were). Ids without an entry
+    in every group are dropped with a warning. Later files of a group
+    override earlier ones."""
+    if group_info is None:
+        return None, None
+    if not isinstance(group_info, dict):
+        raise ConfigError("group_info", f"expected a mapping of group names to idx2 files, got {group_info!r}")
+    ids = dataset.id_array()
+    kept = np.ones(len(ids), dtype=bool)
+    found = {}
+    for group, files in group_info.items():
+        files = [files] if isinstance(files, str) else list(files)
+        merged = read_idx2_files(files, f"group_info.{group}", on_duplicate="last")
+        rows = IdIndex(merged.ids).find(ids) if len(merged) else np.full(len(ids), -1, dtype=np.int64)
+        found[group] = (merged, rows)
+        kept &= rows >= 0
+    kept_rows = None
+    if not kept.all():
+        warnings.warn(f"{int((~kept).sum())} of {len(ids)} utterances have no group_info entry and are "
+                      f"dropped", stacklevel=3)
+        dataset.keep_only(ids[kept])
+        kept_rows = np.flatnonzero(kept)
+    index = IdIndex(ids[kept])
+    info = {}
+    for group, (merged, rows) in found.items():
+        part = merged.take(rows[kept])
+        info[group] = Column(index, part.buffers, part.starts, part.ends, part.file_no, part.files)
+    return info, kept_rows
+
+
+def sort_ids(ids: Sequence[str], lengths: Optional[LengthMap], is_descending: Optional[bool]) -> SortedIds:
+    """By length, longest first (or shortest first), ties in id order; or
+    the given order (``is_descending`` None or no lengths)."""
+    array = encode_ids(ids)
+    if lengths is None:
+        return SortedIds(array, None)
+    if np.array_equal(lengths.index.ids, array):
+        values = lengths.values
+    else:  # a dataset whose get_data_index differs from its id order
+        rows = lengths.index.find(array)
+        if (rows < 0).any():
+            raise KeyError(array[int(np.argmax(rows < 0))].decode("utf-8"))
+        values = lengths.values[rows]
+    if is_descending is not None:
+        order = _length_order(array, values, is_descending)
+        array, values = array[order], values[order]
+    return SortedIds(array, values)
+
+
+def _length_order(ids: np.ndarray, lengths: np.ndarray, descending: bool) -> np.ndarray:
+    """The stable length order of ``ids``, ties in id order."""
+    by_id = IdIndex(ids).id_order()
+    by_id = np.arange(len(ids)) if by_id is None else by_id
+    keys = -lengths[by_id] if descending else lengths[by_id]
+    span = keys.max(initial=0) - keys.min(initial=0)
+    if (keys == np.floor(keys)).all() and span < 2.0 ** 32:
+        # whole lengths: a stable LSD radix sort in two 16-bit passes (numpy's radix sort)
+        key = (keys - keys.min()).astype(np.uint32)
+        order = np.argsort((key & 0xFFFF).astype(np.uint16), kind="stable")
+        if span >= 2 ** 16:
+            order = order[np.argsort((key >> 16).astype(np.uint16)[order], kind="stable")]
+        return by_id[order]
+    return by_id[np.argsort(keys, kind="stable")]

@@ -1,0 +1,194 @@
+"""The batching view: one type, :class:`BatchView`, and the steps that turn one view into another.
+
+    hook's batches --as_view--> BatchView --distribute--> the iterator's view (ngpu, then the rank share)
+    each epoch: the epoch's view --clip_batches--> --shuffle_batches--> the epoch's plan
+
+A built-in ``batches_generate_fn`` (marked :func:`vectorised`) gets SortedIds
+and returns a BatchView; a subclass's own hook gets and returns plain lists.
+:func:`as_view` turns either answer into a BatchView once; every step after it
+takes and returns a BatchView. See NOTE [ Compact storage ] in
+speechiter/plan.py.
+"""
+from collections.abc import Sequence
+from typing import Callable, Dict, List, Optional, Union
+
+import numpy as np
+
+from speechiter.errors import ConfigError
+from speechiter.plan import IdList, SortedIds, decode_ids, encode_ids
+from speechiter.seeding import permutation
+
+
+class BatchView(Sequence):
+    """A batching view: ``ids`` (S array) in batch order and batch offsets
+    ``bounds`` (batch i is ``ids[bounds[i]:bounds[i + 1]]``). Reads as a
+    list of lists of ids; compares equal to one."""
+
+    def __init__(self, ids: np.ndarray, bounds: np.ndarray):
+        self.ids = ids
+        self.bounds = np.asarray(bounds, dtype=np.int64)
+
+    @classmethod
+    def from_lists(cls, batches: Sequence) -> "BatchView":
+        """A view of lists of ids (the form a subclass's hook returns)."""
+        bounds = np.zeros(len(batches) + 1, dtype=np.int64)
+        np.cumsum([len(batch) for batch in batches], out=bounds[1:])
+        return cls(encode_ids([uid for batch in batches for uid in batch]), bounds)
+
+    def __len__(self):
+        return len(self.bounds) - 1
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            return [self[i] for i in range(*item.indices(len(self)))]
+        if item < 0:
+            item += len(self)
+        if not 0 <= item < len(self):
+            raise IndexError("batch index out of range")
+        return decode_ids(self.ids[self.bounds[item]:self.bounds[item + 1]])
+
+    def __iter__(self):
+        flat = iter(IdList(self.ids))
+        for size in self.sizes().tolist():
+            yield [next(flat) for _ in range(size)]
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.bounds)
+
+    def take(self, batches: np.ndarray) -> "BatchView":
+        """The batches at ``batches`` (indices, repeats allowed), in that order."""
+        batches = np.asarray(batches, dtype=np.int64)
+        sizes = self.sizes()[batches]
+        bounds = np.zeros(len(batches) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        rows = np.arange(bounds[-1], dtype=np.int64) - np.repeat(bounds[:-1] - self.bounds[batches], sizes)
+        return BatchView(self.ids[rows], bounds)
+
+    def tolist(self) -> List[List[str]]:
+        return list(self)
+
+    def __eq__(self, other):
+        if isinstance(other, BatchView):
+            return np.array_equal(self.bounds, other.bounds) and np.array_equal(self.ids, other.ids)
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and all(a == list(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self):
+        return f"BatchView({len(self)} batches, {len(self.ids)} ids)"
+
+
+Batches = Union[BatchView, List[List[str]]]  # what a hook returns
+
+
+def as_view(batches: Batches, hook: str) -> BatchView:
+    """What ``hook`` returned, as a BatchView: a list of non-empty lists of
+    ids, or a BatchView already (a built-in hook's fast path)."""
+    if isinstance(batches, BatchView):
+        if (batches.sizes() > 0).all():
+            return batches
+    elif isinstance(batches, list) and all(isinstance(batch, list) and batch for batch in batches):
+        return BatchView.from_lists(batches)
+    raise ConfigError("type", f"{hook} must return a list of non-empty lists of ids")
+
+
+# --------------------------------------------------------- built-in hooks
+
+
+def vectorised(fn: Callable) -> Callable:
+    """Mark a built-in ``batches_generate_fn`` that takes the compact fast
+    path (SortedIds in, BatchView out) and also accepts lists and dicts."""
+    fn.vectorised = True
+    return fn
+
+
+def is_vectorised(iterator) -> bool:
+    return bool(getattr(type(iterator).batches_generate_fn, "vectorised", False))
+
+
+def lengths_of(data_index: Sequence, data_len: Dict[str, float]) -> np.ndarray:
+    """The lengths of ``data_index`` as float64 (from SortedIds when it has them)."""
+    if isinstance(data_index, SortedIds) and data_index.lengths is not None:
+        return data_index.lengths
+    return np.array([data_len[uid] for uid in data_index], dtype=np.float64)
+
+
+def hook_answer(data_index: Sequence, view: BatchView) -> Batches:
+    """A built-in hook's answer in its caller's form: the view for compact
+    ids, lists for a subclass that passed lists."""
+    return view if isinstance(data_index, IdList) else view.tolist()
+
+
+def batches_from_bounds(data_index: Sequence, bounds: np.ndarray) -> Batches:
+    """Cut ``data_index`` at ``bounds`` (batch offsets)."""
+    return hook_answer(data_index, BatchView(encode_ids(data_index), bounds))
+
+
+# ------------------------------------------------------------ view steps
+
+
+def clip_batches(view: BatchView, batches_per_epoch: Optional[int], epoch: int) -> BatchView:
+    """SpeeChain's cursor rule.
+
+    The clip of epoch e starts at ``(batches_per_epoch * (e - 1)) % len(view)``
+    and takes ``batches_per_epoch`` batches, wrapping around to the start as
+    often as needed. So consecutive epochs walk through the whole view.
+    """
+    total = len(view)
+    if batches_per_epoch is None or batches_per_epoch == total:
+        return view
+    cursor = (batches_per_epoch * (epoch - 1)) % total
+    return view.take((cursor + np.arange(batches_per_epoch)) % total)
+
+
+def shuffle_batches(view: BatchView, seed: int) -> BatchView:
+    """The batches in the order of ``np.random.RandomState(seed).permutation``."""
+    return view.take(permutation(seed, len(view)))
+
+
+def make_divisible(view: BatchView, ngpu: int) -> BatchView:
+    """SpeeChain's ngpu rule: move each batch's remainder (size % ngpu) to the
+    front of the next batch; what is left after the last batch becomes a
+    batch of its own.
+
+    The ids keep their order; only the cuts move: after batch i the cut is at
+    ``cum_i - cum_i % ngpu`` (cum_i: utterances up to batch i).
+    """
+    if not len(view):
+        return view
+    cum = np.cumsum(view.sizes())
+    cuts = np.unique(cum - cum % ngpu)
+    cuts = cuts[cuts > 0]
+    total = len(view.ids)
+    tail = [total] if not len(cuts) or cuts[-1] != total else []
+    return BatchView(view.ids, np.concatenate([[0], cuts, tail]).astype(np.int64))
+
+
+def rank_share(view: BatchView, rank: int, world_size: int, descending: bool) -> BatchView:
+    """This rank's share of every batch (SpeeChain's split-each-batch rule).
+
+    Rank r takes ``batch[start::world_size]`` with ``start = world_size - r - 1``
+    for descending views (rank 0 gets the shortest utterances) and ``r``
+    otherwise. Every rank keeps one share per batch, so all ranks run the same
+    number of steps. NOTE [ Distributed padding ]: a batch with fewer
+    utterances than ranks would leave some shares empty; such a rank takes the
+    batch's last utterance again. These are the only repeated utterances.
+    """
+    start = world_size - rank - 1 if descending else rank
+    sizes = view.sizes()
+    within = np.arange(len(view.ids)) - np.repeat(view.bounds[:-1], sizes)
+    rows = np.flatnonzero((within >= start) & ((within - start) % world_size == 0))
+    counts = np.bincount(np.repeat(np.arange(len(sizes)), sizes)[rows], minlength=len(sizes))
+    rows = np.sort(np.concatenate([rows, view.bounds[1:][counts == 0] - 1]))
+    bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(np.maximum(counts, 1), out=bounds[1:])
+    return BatchView(view.ids[rows], bounds)
+
+
+def distribute(view: BatchView, ngpu: int, rank: int, world_size: int, descending: bool) -> BatchView:
+    """The view one rank loads: the ngpu rule, then this rank's share."""
+    if ngpu > 1:
+        view = make_divisible(view, ngpu)
+    if world_size > 1:
+        view = rank_share(view, rank, world_size, descending)
+    return view
