@@ -9,20 +9,20 @@ on the epoch, cuts it at ``start_step`` and hands the plan to the engine.
 Subclasses override :meth:`batches_generate_fn` only.
 """
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Dict, List, Optional, Union
 
 import numpy as np
 
 from speechiter.dataset.abs import Dataset
+from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2_numbers, read_idx2_table
 from speechiter.plan import (BatchView, Column, IdIndex, IdList, LengthMap, SortedIds, batch_lengths,
                              batches_from_bounds, decode_ids, encode_ids, is_vectorised, vectorised)
 from speechiter.seeding import batch_seed, permutation, stream_id
 from speechiter.state import fingerprint, view_fingerprint
-
-ENGINES = ("msequence", "inline", "torch")
 
 
 class Iterator:
@@ -68,18 +68,16 @@ class Iterator:
                  name: Optional[str] = None, **iter_conf):
         self.batches_per_epoch = _positive_int_or_none(batches_per_epoch, "batches_per_epoch")
         self.ngpu = _positive_int(ngpu, "ngpu")
-        self.num_workers = _non_negative_int(num_workers, "num_workers")
         self.seed = int(seed)
         self.is_descending = is_descending
         self.shuffle = _bool(shuffle, "shuffle")
         self.pin_memory = pin_memory
-        if engine not in ENGINES:
-            raise ConfigError("engine", f"expected one of {', '.join(ENGINES)}, got {engine!r}")
         if is_descending not in (True, False, None):
             raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
-        self.engine, self.thread_type, self.out_type = engine, thread_type, out_type
-        self.start_method = start_method
-        self.buffer = buffer if buffer is not None else max(2, 2 * self.num_workers)
+        # --- engine settings (sequence branch; see speechiter/engine.py) ---
+        self.engine_settings = EngineSettings(engine, num_workers, thread_type, start_method, out_type, buffer)
+        self._engine: Optional[Engine] = None
+        # --- end engine settings ---
         self.name = name or type(self).__name__
         self.stream = stream_id(self.name)
 
@@ -105,7 +103,6 @@ class Iterator:
             "group_info": group_info, "is_descending": is_descending, "shuffle": shuffle, "ngpu": ngpu,
             "rank": self.rank, "world_size": self.world_size, "iter_conf": iter_conf})
         self._view_fingerprint: Optional[str] = None
-        self._loader_engine = None
 
     # --- construction ----------------------------------------------------------
     def _load_data_len(self, data_len) -> Optional[Dict[str, float]]:
@@ -302,11 +299,20 @@ class Iterator:
         from speechiter.loader import Loader
         return Loader(self, epoch, start_step, prefetch_next=prefetch_next, stop_step=stop_step)
 
+    # --- engine (sequence branch; see speechiter/engine.py) ---
+    def engine(self) -> Engine:
+        """The loading engine, started on first use; its workers persist across epochs."""
+        if self._engine is None:
+            self._engine = make_engine(self.engine_settings, self.dataset)
+            weakref.finalize(self, self._engine.close)
+        return self._engine
+
     def close(self):
         """End the loading workers (also done at exit)."""
-        if self._loader_engine is not None:
-            self._loader_engine.close()
-            self._loader_engine = None
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+    # --- end engine ---
 
     def __enter__(self):
         return self
@@ -319,7 +325,7 @@ class Iterator:
         return (f"{type(self).__name__}(dataset={type(self.dataset).__name__}, utterances={len(self.dataset)}, "
                 f"total_batches={len(self.batches)}, batches_per_epoch={len(self)}, min_batch={min(sizes)}, "
                 f"mean_batch={sum(sizes) / len(sizes):.1f}, max_batch={max(sizes)}, shuffle={self.shuffle}, "
-                f"seed={self.seed}, ngpu={self.ngpu}, num_workers={self.num_workers})")
+                f"seed={self.seed}, ngpu={self.ngpu}, num_workers={self.engine_settings.num_workers})")
 
 
 class EpochTasks(Sequence):
