@@ -16,7 +16,6 @@ batches.
 """
 import functools
 import multiprocessing
-import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
@@ -27,7 +26,7 @@ from speechiter.errors import ConfigError
 from speechiter.sequence.convert import is_out_type, resolve_out_type
 from speechiter.sequence.fetch import Task
 from speechiter.sequence.pool_scheduler import start_scheduler
-from speechiter.sequence.scheduler import Scheduler
+from speechiter.sequence.scheduler import Scheduler, SchedulerHandle
 from speechiter.torch_engine import TorchEngine
 
 ENGINES = ("msequence", "inline", "torch")
@@ -99,21 +98,17 @@ class SequenceEngine:
 
     def __init__(self, start: Callable[[], Scheduler]):
         self._start = start
-        self.scheduler: Optional[Scheduler] = None
-        self._finalizer: Optional[weakref.finalize] = None
+        self._handle = SchedulerHandle()
+
+    @property
+    def scheduler(self) -> Optional[Scheduler]:
+        return self._handle.current
 
     def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()) -> Iterator[Any]:
-        if self.scheduler is None or self.scheduler.closed:
-            self.close()
-            self.scheduler = self._start()
-            self._finalizer = weakref.finalize(self, self.scheduler.close)
-        return self.scheduler.iterate(tasks, lookahead)
+        scheduler = self._handle.current
+        if scheduler is None or scheduler.closed:
+            scheduler = self._handle.start(self._start())
+        return scheduler.iterate(tasks, lookahead)
 
     def close(self) -> None:
-        scheduler, self.scheduler = self.scheduler, None
-        if scheduler is not None:
-            try:
-                scheduler.close()
-            finally:
-                self._finalizer.detach()
-                self._finalizer = None
+        self._handle.close()

@@ -16,7 +16,6 @@ speechiter's msequence engine (speechiter/engine.py) drives as well.
 import multiprocessing
 import numbers
 import time
-import weakref
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -27,7 +26,7 @@ from speechiter.sequence.convert import resolve_out_type
 from speechiter.sequence.fetch import Task
 from speechiter.sequence.pool_scheduler import start_scheduler
 from speechiter.sequence.pools import ProcPool
-from speechiter.sequence.scheduler import Scheduler
+from speechiter.sequence.scheduler import Scheduler, SchedulerHandle
 from speechiter.sequence.timing import BatchTiming
 
 _TEST_MODES = ("default", "cpu", "numpy")
@@ -91,8 +90,7 @@ class MSequence:
         if num_converters is None:
             num_converters = 1 if self.use_cuda else 0
         self._num_converters = _option(check_int, num_converters, "num_converters", "an integer >= 0", minimum=0)
-        self._scheduler: Optional[Scheduler] = None
-        self._finalizer = None
+        self._handle = SchedulerHandle()
         self._timing = BatchTiming()  # of the last iterate() call
         self._earlier_wait_s, self._earlier_batches = 0.0, 0  # of the calls before it, since start
         self._prefetched = 0
@@ -130,6 +128,11 @@ class MSequence:
         return {"first_batch_s": timing.first_batch_s, "wait_s": timing.wait_s, "batches": timing.batches,
                 "prefetched": self._prefetched, "total_wait_s": self._earlier_wait_s + timing.wait_s,
                 "total_batches": self._earlier_batches + timing.batches}
+
+    @property
+    def _scheduler(self) -> Optional[Scheduler]:
+        """The running (or self-closed) scheduler; None before start() and after finish()."""
+        return self._handle.current
 
     @property
     def running(self) -> bool:
@@ -171,22 +174,14 @@ class MSequence:
         self._earlier_wait_s, self._earlier_batches, self._prefetched = 0.0, 0, 0
         self._epoch = 0
         self._plans = {}
-        scheduler = start_scheduler(self._worker, num_workers=num_workers, thread_type=self._thread_type,
-                                    start_method=self._start_method, out_type=out_type, buffer=self._buffer,
-                                    num_converters=self._num_converters, timeout=self._timeout)
-        self._scheduler = scheduler
-        self._finalizer = weakref.finalize(self, scheduler.close)
+        self._handle.start(start_scheduler(
+            self._worker, num_workers=num_workers, thread_type=self._thread_type, start_method=self._start_method,
+            out_type=out_type, buffer=self._buffer, num_converters=self._num_converters, timeout=self._timeout))
         return self
 
     def finish(self) -> None:
         """End the workers and free all shared memory. Idempotent."""
-        scheduler, self._scheduler = self._scheduler, None
-        if scheduler is not None:
-            try:
-                scheduler.close()
-            finally:
-                self._finalizer.detach()
-                self._finalizer = None
+        self._handle.close()
 
     def __enter__(self) -> "MSequence":
         return self

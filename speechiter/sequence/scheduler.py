@@ -19,6 +19,7 @@ scheduler closes in this order:
 A scheduler also closes from a weakref.finalize on its owner (and at exit)
 when the user never calls finish().
 """
+import weakref
 from typing import Iterator, List, Optional, Sequence
 
 from speechiter.sequence.convert import Converter, hand_over
@@ -100,6 +101,34 @@ class InlineScheduler(Scheduler):
     def close(self) -> None:
         self.closed = True
         self._indexer = None
+
+
+class SchedulerHandle:
+    """An owner's running scheduler: :meth:`start` closes the one before.
+
+    The scheduler also closes when the handle is garbage-collected, and at
+    exit (weakref.finalize), when its owner never closes it.
+    """
+
+    def __init__(self):
+        self.current: Optional[Scheduler] = None
+        self._finalizer: Optional[weakref.finalize] = None
+
+    def start(self, scheduler: Scheduler) -> Scheduler:
+        self.close()
+        self.current = scheduler
+        self._finalizer = weakref.finalize(self, scheduler.close)
+        return scheduler
+
+    def close(self) -> None:
+        """Close the current scheduler, if any. Idempotent."""
+        scheduler, self.current = self.current, None
+        if scheduler is not None:
+            try:
+                scheduler.close()
+            finally:
+                self._finalizer.detach()
+                self._finalizer = None
 
 
 def as_sequence(tasks) -> Sequence[Task]:
