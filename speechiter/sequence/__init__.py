@@ -1,4 +1,4 @@
-"""The MSequence engine: scheduler, workers, shared-memory transport, converters."""
+"""The msequence engine's parts: MSequence, schedulers, worker pools, shared-memory transport, converters."""
 from speechiter.sequence.fetch import Task, fetch
 from speechiter.sequence.msequence import MSequence
 from speechiter.sequence.shm import batch_empty

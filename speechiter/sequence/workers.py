@@ -18,7 +18,7 @@ from typing import Any, Optional
 from speechiter.sequence.fetch import Task, fetch
 from speechiter.sequence.shm import SlotRef, SlotWriter, leftover_segments, unlink_segment
 
-# The longest any wait of the engine blocks before it checks on the other
+# The longest any wait of the msequence engine blocks before it checks on the other
 # side: an idle worker checks that its parent is alive and that the pool is
 # not shutting down; the consumer checks that its workers are alive (see
 # NOTE [ Never wait forever ] in pool_scheduler.py).
