@@ -4,7 +4,7 @@ A Dataset asks :func:`batch_empty` for its padded arrays instead of
 ``np.empty``. Whoever builds the batch -- the engine, in a process worker --
 may install an allocator for the current thread first; then the arrays are
 carved from the memory the batch will travel in (see NOTE [ Batch arrays in
-place ] in speechiter/sequence/shm.py) and cross to the main process without
+place ] in speechiter/sequence/shm/pack.py) and cross to the main process without
 another copy. With no allocator installed (threads, the main process) or no
 room left, they are plain ``np.empty`` arrays.
 
@@ -17,7 +17,6 @@ import it; the engine imports this module to install its allocator::
     finally:
         install_allocator(previous)
 """
-import sys
 import threading
 from typing import Optional, Protocol, Tuple, Union
 
@@ -48,8 +47,7 @@ def install_allocator(allocator: Optional[BatchAllocator]) -> Optional[BatchAllo
 
 def current_allocator() -> Optional[BatchAllocator]:
     """The allocator installed in this thread, if any."""
-    allocator = getattr(_current, "allocator", None)
-    return allocator if allocator is not None else _engine_arena()
+    return getattr(_current, "allocator", None)
 
 
 def batch_empty(shape: Shape, dtype=np.float32) -> np.ndarray:
@@ -65,12 +63,3 @@ def batch_empty(shape: Shape, dtype=np.float32) -> np.ndarray:
     array = allocator.allocate(shape, dtype) if allocator is not None else None
     return array if array is not None else np.empty(shape, dtype)
 
-
-def _engine_arena() -> Optional[BatchAllocator]:
-    """Transition shim: the arena that speechiter/sequence/shm.py still keeps in
-    its own thread-local (``SlotWriter.building``). Looked up, never imported:
-    without a loaded engine there is none. Goes once shm.py installs its arena
-    with :func:`install_allocator`."""
-    shm = sys.modules.get("speechiter.sequence.shm")
-    building = getattr(shm, "_building", None)
-    return getattr(building, "arena", None)

@@ -1,10 +1,12 @@
-"""Batch checksums and the --dump_batches JSONL writer (format: DESIGN.md)."""
+"""Batch checksums and the --dump_batches JSONL writer (format: handbook.md, "The command line")."""
 import hashlib
 import json
 import os
 from typing import Any, List, Optional
 
 import numpy as np
+
+from speechiter.structure import is_tensor
 
 
 def checksum(batch: Any) -> str:
@@ -17,6 +19,8 @@ def checksum(batch: Any) -> str:
 
 
 def _feed(digest, value):
+    """Fold ``value`` into ``digest`` (a fold, not a map_structure: every
+    container adds its own bytes). These bytes are the checksum contract."""
     if isinstance(value, dict):
         digest.update(b"{")
         for key in sorted(value, key=str):
@@ -31,7 +35,7 @@ def _feed(digest, value):
     elif isinstance(value, str):
         data = value.encode("utf-8")
         digest.update(b"s%d:" % len(data) + data)
-    elif isinstance(value, (np.ndarray, np.generic)) or _is_tensor(value):
+    elif isinstance(value, (np.ndarray, np.generic)) or is_tensor(value):
         array = to_numpy(value)
         header = f"a{array.dtype.str}{array.shape}:".encode()
         digest.update(header)
@@ -40,11 +44,8 @@ def _feed(digest, value):
         digest.update(f"v{type(value).__name__}:{value!r};".encode())
 
 
-def _is_tensor(value) -> bool:
-    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
-
-
 def to_numpy(value) -> np.ndarray:
+    """A numpy array, numpy scalar or torch tensor as a numpy array (tensors copied to the CPU)."""
     if isinstance(value, np.ndarray):
         return value
     if isinstance(value, np.generic):

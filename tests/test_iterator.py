@@ -8,7 +8,7 @@ from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.piece import PieceIterator
 from speechiter.iterator.view import BatchView, clip_batches, make_divisible, rank_share
-from speechiter.loader import Loader, engine_of
+from speechiter.loader import Loader
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ def test_prefetch_reaches_past_epochs_shorter_than_the_buffer(lengths_corpus):
     assert following == [*iterator.epoch_tasks(2), *iterator.epoch_tasks(3), *iterator.epoch_tasks(4)[:1]]
     try:
         got = [[b["text"] for b in iterator.build_loader(epoch)] for epoch in range(1, 5)]
-        assert engine_of(iterator).sequence.stats["prefetched"] == 2
+        assert iterator.engine().scheduler.prefetched == 2
     finally:
         iterator.close()
     texts = [[[f"words {int(u[3:])}" for u in batch] for batch in iterator.epoch_batches(epoch)]

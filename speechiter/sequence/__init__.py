@@ -1,6 +1,6 @@
-"""The MSequence engine: scheduler, workers, shared-memory transport, converters."""
+"""The msequence engine's parts: MSequence, schedulers, worker pools, shared-memory transport, converters."""
 from speechiter.sequence.fetch import Task, fetch
 from speechiter.sequence.msequence import MSequence
-from speechiter.sequence.shm import batch_empty
+from speechiter.batch_memory import batch_empty
 
 __all__ = ["MSequence", "Task", "batch_empty", "fetch"]

@@ -16,21 +16,27 @@ as the converter returns.
 
 torch is imported lazily, so workers and 'null' output never need it.
 """
+import threading
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional, Tuple
 
 import numpy as np
 
-from speechiter.sequence.shm import ArrayRef, Packed, torch_module
+from speechiter.sequence.shm import ArrayRef, Packed
+from speechiter.structure import is_array_leaf, map_structure
 
 OUT_TYPES = ("null", "cpu", "cuda")
 
 
+def is_out_type(value) -> bool:
+    """One of ``OUT_TYPES`` or ``'cuda:N'``."""
+    return isinstance(value, str) and (value in OUT_TYPES or (value.startswith("cuda:") and value[5:].isdigit()))
+
+
 def resolve_out_type(out_type: str, stacklevel: int = 3) -> str:
     """Validate ``out_type``; 'cuda' without CUDA falls back to 'cpu' with a warning."""
-    if not isinstance(out_type, str) or not (
-        out_type in OUT_TYPES or (out_type.startswith("cuda:") and out_type[5:].isdigit())
-    ):
+    if not is_out_type(out_type):
         raise ValueError(f"out_type should be one of 'cuda', 'cuda:N', 'cpu', 'null', but got out_type={out_type!r}")
     if out_type.startswith("cuda"):
         import torch
@@ -41,31 +47,17 @@ def resolve_out_type(out_type: str, stacklevel: int = 3) -> str:
     return out_type
 
 
-def walk(obj, leaf: Callable):
-    """Rebuild a nested dict/list/tuple structure, mapping arrays with ``leaf``."""
-    kind = type(obj)
-    if kind is dict:
-        return {key: walk(value, leaf) for key, value in obj.items()}
-    if kind is list:
-        return [walk(value, leaf) for value in obj]
-    if kind is tuple:
-        return tuple(walk(value, leaf) for value in obj)
-    if kind in (str, int, float, bool, bytes, type(None)):
-        return obj
-    if kind is np.ndarray or kind is ArrayRef:
-        return leaf(obj)
-    torch = torch_module()
-    if torch is not None and isinstance(obj, torch.Tensor):
-        return leaf(obj)
-    if isinstance(obj, np.ndarray):
-        return leaf(obj)
-    if isinstance(obj, dict):
-        return kind((key, walk(value, leaf)) for key, value in obj.items())
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return kind(*(walk(value, leaf) for value in obj))
-    if isinstance(obj, (list, tuple)):
-        return kind(walk(value, leaf) for value in obj)
-    return obj
+def device_of(out_type: str):
+    """The torch device of a cuda out type, else None."""
+    if not out_type.startswith("cuda"):
+        return None
+    import torch
+    return torch.device(out_type)
+
+
+def _is_leaf(value) -> bool:
+    """An array, a tensor, or an ArrayRef of a packed batch."""
+    return type(value) is ArrayRef or is_array_leaf(value)
 
 
 def _numeric(dtype: np.dtype) -> bool:
@@ -100,10 +92,10 @@ class Converter:
 
     def __init__(self, out_type: str):
         self.out_type = out_type
+        self.device = device_of(out_type)
         self._stream = None
-        if out_type.startswith("cuda"):
+        if self.device is not None:
             import torch
-            self.device = torch.device(out_type)
             self._stream = torch.cuda.Stream(self.device)
 
     def __call__(self, raw, resolver: Optional[Callable] = None) -> Tuple[object, object]:
@@ -119,7 +111,7 @@ class Converter:
         else:
             skeleton, shared = raw, False
         if self.out_type in ("null", "cpu"):
-            return walk(skeleton, self._host_leaf(resolver, tensors=self.out_type == "cpu")), None
+            return map_structure(skeleton, self._host_leaf(resolver, tensors=self.out_type == "cpu"), _is_leaf), None
         return self._to_cuda(skeleton, resolver, shared)
 
     @staticmethod
@@ -173,7 +165,7 @@ class Converter:
             return pinned.to(self.device, non_blocking=True)
 
         with torch.cuda.stream(self._stream):
-            batch = walk(skeleton, leaf)
+            batch = map_structure(skeleton, leaf, _is_leaf)
             event = torch.cuda.Event()
             event.record(self._stream)
         return batch, event
@@ -204,5 +196,29 @@ def hand_over(batch, event, device):
             obj.record_stream(stream)
         return obj
 
-    walk(batch, leaf)
+    map_structure(batch, leaf)
     return batch
+
+
+class ConverterThreads:
+    """``count`` converter threads, each with its own :class:`Converter` (and CUDA stream)."""
+
+    def __init__(self, out_type: str, count: int):
+        self.out_type = out_type
+        self.count = count
+        self._executor = ThreadPoolExecutor(count, thread_name_prefix="speechiter-converter")
+        self._local = threading.local()
+
+    def submit(self, raw, resolver: Optional[Callable]) -> Future:
+        """Convert ``raw`` in a converter thread; the future's result is ``(batch, cuda_event_or_None)``."""
+        return self._executor.submit(self._convert, raw, resolver)
+
+    def _convert(self, raw, resolver):
+        converter = getattr(self._local, "converter", None)
+        if converter is None:
+            converter = self._local.converter = Converter(self.out_type)
+        return converter(raw, resolver)
+
+    def close(self) -> None:
+        """Finish what runs, cancel the rest."""
+        self._executor.shutdown(wait=True, cancel_futures=True)

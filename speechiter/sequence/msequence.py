@@ -1,4 +1,4 @@
-"""MSequence: MDNC's data-iterator engine, strictly ordered and hang-free.
+"""MSequence: MDNC's data iterator, strictly ordered and hang-free.
 
 >>> manager = MSequence(MyWorker, dset_size=512, batch_size=32, out_type='cpu')
 >>> with manager.start() as mng:
@@ -7,32 +7,38 @@
 
 ``worker`` is a picklable zero-argument factory (a class, typically) whose
 result has ``__getitem__(ids)``. Every worker process or thread calls it once
-to build its own indexer. speechiter's Iterators drive the engine with
-:meth:`MSequence.iterate` and their own plans of :class:`Task`; the MDNC API
-(``for batch in manager``) runs the default plan: ``range(dset_size)``,
-shuffled per epoch when ``shuffle``, chunked by ``batch_size``.
+to build its own indexer. :meth:`MSequence.iterate` runs a plan of
+:class:`Task`; the MDNC API (``for batch in manager``) runs the default plan:
+``range(dset_size)``, shuffled per epoch when ``shuffle``, chunked by
+``batch_size``. MSequence is a thin layer over the schedulers that
+speechiter's msequence engine (speechiter/engine.py) drives as well.
 """
 import multiprocessing
 import numbers
-import weakref
-from typing import Sequence
+import time
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from speechiter.checks import check_choice, check_int, check_positive_number
+from speechiter.errors import ConfigError
 from speechiter.sequence.convert import resolve_out_type
 from speechiter.sequence.fetch import Task
-from speechiter.sequence.scheduler import InlineEngine, PoolEngine, new_stats
-from speechiter.sequence.shm import SlotTable, session_prefix
-from speechiter.sequence.workers import ProcPool, ThreadPool
+from speechiter.sequence.pool_scheduler import start_scheduler
+from speechiter.sequence.pools import ProcPool
+from speechiter.sequence.scheduler import Scheduler, SchedulerHandle
+from speechiter.sequence.timing import BatchTiming
 
 _TEST_MODES = ("default", "cpu", "numpy")
 
 
-def _positive_int(name, value, minimum=1):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{name} should be {what}, but got {name}={value!r}")
-    return int(value)
+def _option(check: Callable, value: Any, name: str, what: str, *args, **kwargs):
+    """``check(value, name, ...)`` from checks.py, raising MDNC's wording:
+    ``ValueError("x should be <what>, but got x=...")``."""
+    try:
+        return check(value, name, *args, **kwargs)
+    except ConfigError:
+        raise ValueError(f"{name} should be {what}, but got {name}={value!r}") from None
 
 
 class MSequence:
@@ -66,19 +72,16 @@ class MSequence:
         else:
             raise ValueError(f"dset_size should be a non-negative integer or an np.ndarray of indices "
                              f"(or give batches=), but got dset_size={dset_size!r}")
-        self._num_workers = _positive_int("num_workers", num_workers, minimum=0)
-        self._batch_size = _positive_int("batch_size", batch_size)
-        self._buffer = _positive_int("buffer", buffer)
-        if thread_type not in ("proc", "thread"):
-            raise ValueError(f"thread_type should be 'proc' or 'thread', but got thread_type={thread_type!r}")
-        self._thread_type = thread_type
-        if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
-            raise ValueError(f"start_method should be one of {multiprocessing.get_all_start_methods()} or None, "
-                             f"but got start_method={start_method!r}")
+        self._num_workers = _option(check_int, num_workers, "num_workers", "an integer >= 0", minimum=0)
+        self._batch_size = _option(check_int, batch_size, "batch_size", "a positive integer")
+        self._buffer = _option(check_int, buffer, "buffer", "a positive integer")
+        self._thread_type = _option(check_choice, thread_type, "thread_type", "'proc' or 'thread'",
+                                    ("proc", "thread"))
+        if start_method is not None:
+            methods = multiprocessing.get_all_start_methods()
+            _option(check_choice, start_method, "start_method", f"one of {methods} or None", methods)
         self._start_method = start_method
-        if not isinstance(timeout, numbers.Real) or not timeout > 0:
-            raise ValueError(f"timeout should be a positive number of seconds, but got timeout={timeout!r}")
-        self._timeout = float(timeout)
+        self._timeout = float(_option(check_positive_number, timeout, "timeout", "a positive number of seconds"))
         if seed is not None and not isinstance(seed, numbers.Integral):
             raise ValueError(f"seed should be an integer or None, but got seed={seed!r}")
         self._seed = seed
@@ -86,10 +89,11 @@ class MSequence:
         self._out_type = resolve_out_type(out_type)
         if num_converters is None:
             num_converters = 1 if self.use_cuda else 0
-        self._num_converters = _positive_int("num_converters", num_converters, minimum=0)
-        self._engine = None
-        self._finalizer = None
-        self._stats = new_stats()
+        self._num_converters = _option(check_int, num_converters, "num_converters", "an integer >= 0", minimum=0)
+        self._handle = SchedulerHandle()
+        self._timing = BatchTiming()  # of the last iterate() call
+        self._earlier_wait_s, self._earlier_batches = 0.0, 0  # of the calls before it, since start
+        self._prefetched = 0
         self._epoch = 0
         self._plans = {}
 
@@ -120,17 +124,25 @@ class MSequence:
     def stats(self) -> dict:
         """``first_batch_s``, ``wait_s``, ``batches``, ``prefetched`` of the last
         iterate() call; ``total_wait_s``, ``total_batches`` since start."""
-        return self._stats
+        timing = self._timing
+        return {"first_batch_s": timing.first_batch_s, "wait_s": timing.wait_s, "batches": timing.batches,
+                "prefetched": self._prefetched, "total_wait_s": self._earlier_wait_s + timing.wait_s,
+                "total_batches": self._earlier_batches + timing.batches}
+
+    @property
+    def _scheduler(self) -> Optional[Scheduler]:
+        """The running (or self-closed) scheduler; None before start() and after finish()."""
+        return self._handle.current
 
     @property
     def running(self) -> bool:
         """Whether started and not finished (an error or leaving a loop early finishes)."""
-        return self._engine is not None and not self._engine.closed
+        return self._scheduler is not None and not self._scheduler.closed
 
     @property
     def pids(self):
         """Process ids of the worker processes (empty unless started with thread_type='proc')."""
-        pool = getattr(self._engine, "_pool", None)
+        pool = getattr(self._scheduler, "_pool", None)
         if not isinstance(pool, ProcPool):
             return []
         return [pool.pid(wid) for wid in range(len(pool))]
@@ -143,10 +155,7 @@ class MSequence:
         ``compat`` is accepted for MDNC compatibility; converters always run
         as threads of the main process here, so it changes nothing.
         """
-        self.finish()
-        if self._num_workers == 0:
-            return self._begin(lambda stats: InlineEngine(self._worker, self._out_type, stats))
-        return self._begin(self._pool_engine)
+        return self._begin(self._num_workers, self._out_type)
 
     def start_test(self, test_mode: str = "default") -> "MSequence":
         """Run in the main thread: the same batches as start(), for debugging.
@@ -154,40 +163,25 @@ class MSequence:
         ``test_mode``: 'default' converts like start(), 'cpu' keeps cuda
         output on the cpu, 'numpy' does no conversion.
         """
-        if test_mode not in _TEST_MODES:
-            raise ValueError(f"test_mode should be one of {_TEST_MODES}, but got test_mode={test_mode!r}")
-        self.finish()
+        _option(check_choice, test_mode, "test_mode", f"one of {_TEST_MODES}", _TEST_MODES)
         out_type = {"default": self._out_type, "numpy": "null",
                     "cpu": "cpu" if self.use_cuda else self._out_type}[test_mode]
-        return self._begin(lambda stats: InlineEngine(self._worker, out_type, stats))
+        return self._begin(0, out_type)
 
-    def _pool_engine(self, stats):
-        if self._thread_type == "thread":
-            pool, slots = ThreadPool(self._worker, self._num_workers), None
-        else:
-            prefix = session_prefix()
-            slots = SlotTable(prefix, self._buffer)
-            pool = ProcPool(self._worker, self._num_workers, prefix, self._start_method)
-        return PoolEngine(pool, slots, self._out_type, self._num_converters, self._buffer, self._timeout, stats)
-
-    def _begin(self, make_engine) -> "MSequence":
-        self._stats = new_stats()
+    def _begin(self, num_workers: int, out_type: str) -> "MSequence":
+        self.finish()
+        self._timing = BatchTiming()
+        self._earlier_wait_s, self._earlier_batches, self._prefetched = 0.0, 0, 0
         self._epoch = 0
         self._plans = {}
-        engine = make_engine(self._stats)
-        self._engine = engine
-        self._finalizer = weakref.finalize(self, engine.close)
+        self._handle.start(start_scheduler(
+            self._worker, num_workers=num_workers, thread_type=self._thread_type, start_method=self._start_method,
+            out_type=out_type, buffer=self._buffer, num_converters=self._num_converters, timeout=self._timeout))
         return self
 
     def finish(self) -> None:
         """End the workers and free all shared memory. Idempotent."""
-        engine, self._engine = self._engine, None
-        if engine is not None:
-            try:
-                engine.close()
-            finally:
-                self._finalizer.detach()
-                self._finalizer = None
+        self._handle.close()
 
     def __enter__(self) -> "MSequence":
         return self
@@ -202,16 +196,24 @@ class MSequence:
 
         Workers persist across calls. ``lookahead``: the next call's first
         tasks, prefetched once all of ``tasks`` are dispatched; see
-        NOTE [ Lookahead ] in scheduler.py. Leaving the generator early, or an
-        exception while it runs, finishes the sequence (see NOTE [ Shutdown order ]).
+        NOTE [ Lookahead ] in pool_scheduler.py. Leaving the generator early, or an
+        exception while it runs, finishes the sequence (see NOTE [ Shutdown order ]
+        in scheduler.py).
         """
-        if self._engine is not None and self._engine.closed:
+        scheduler = self._scheduler
+        if scheduler is not None and scheduler.closed:
             raise RuntimeError("the MSequence was finished (by an error, by leaving a loop early, or by the "
                                "garbage collector): call start() or start_test() again before iterating")
-        if self._engine is None:
+        if scheduler is None:
             raise RuntimeError("the MSequence is not started: use `with manager.start() as mng:` "
                                "or call start() / start_test() before iterating")
-        return self._engine.iterate(tasks, lookahead)
+        started = time.perf_counter()
+        batches = scheduler.iterate(tasks, lookahead)
+        self._prefetched = scheduler.prefetched
+        self._earlier_wait_s += self._timing.wait_s
+        self._earlier_batches += self._timing.batches
+        self._timing = BatchTiming()
+        return self._timing.timed(batches, started)
 
     def __iter__(self):
         """One epoch of the default plan (or of ``batches``)."""

@@ -1,129 +1,75 @@
-"""Scheduling and reordering: the i-th batch out is the i-th task in.
+"""Schedulers: one started session of building batches in plan order.
 
-An :class:`Engine` is what a started MSequence runs: :class:`PoolEngine` with
-worker processes or threads, :class:`InlineEngine` in the main thread. Both
-offer ``iterate(tasks, lookahead)`` and ``close()``, and keep ``stats``.
-
-NOTE [ Ordering ]
-Every dispatched task gets a global sequence number ``seq`` (never reset while
-the engine lives, so a late result of an old epoch cannot be mistaken for a
-new one). Tasks go to the least-loaded worker's own queue; results come back
-in any order and wait in ``_pending`` (the reorder buffer, keyed by seq) until
-the consumer reaches them. ``buffer`` bounds the batches in flight, i.e.
-dispatched but not yet consumed or discarded; in process mode each of them
-holds one shared-memory slot (batches the consumer still holds may hold more,
-see NOTE [ Zero-copy batches ] in shm.py). Which worker builds a batch never
-changes the batch: its randomness comes only from Task.seed, see fetch.py.
-
-NOTE [ Lookahead ]
-``iterate(tasks, lookahead)``: once every task of ``tasks`` is dispatched,
-free buffer places go to ``lookahead`` (the tasks that come next: the next
-epoch's first ones, and the epoch after's when an epoch is shorter than the
-buffer), so the workers do not idle at the epoch boundary. The next
-``iterate()`` call keeps the prefetched results for its leading tasks that equal
-them (position, ids, seed), then, once all its tasks are matched, those that
-equal its own lookahead's first tasks; it discards the rest: a discarded task's
-result is dropped, and its slot released, when it arrives. A call made while
-the previous generator is not exhausted supersedes it the same way.
-
-NOTE [ Never wait forever ]
-The consumer never blocks without a timeout: it polls for results at most
-``_POLL_S`` at a time, checking the workers' liveness each round (process
-sentinels wake the wait at once when a worker dies), and gives up waiting for
-one batch after ``timeout`` seconds. Worker exceptions come back as Failed
-messages and are raised, as WorkerError, when the consumer reaches that batch.
+A scheduler runs the tasks its owner (the msequence engine in
+speechiter/engine.py, or an MSequence) gives it: :class:`PoolScheduler`
+(pool_scheduler.py) with worker processes or threads, :class:`InlineScheduler`
+in the main thread. Both offer ``iterate(tasks, lookahead)`` and ``close()``.
+A scheduler lives from its start until it closes, and is never restarted:
+its owner starts a new one.
 
 NOTE [ Shutdown order ]
 Any exception in the consumer's generator, a KeyboardInterrupt, the consumer
-leaving early (GeneratorExit) and finish() all close the engine, in this order:
+leaving early (GeneratorExit) and finish() all close the scheduler; the pool
+scheduler closes in this order:
 1. converter threads finish what they run (they read shm views) and stop;
 2. workers are asked to stop, then terminated, then killed, and joined, so no
    process can create a segment any more;
 3. the slot table unmaps and unlinks every segment of the session, including
-   ones it never heard of (NOTE [ Segment cleanup ] in shm.py).
-An engine also closes from a weakref.finalize on its MSequence (and at exit)
+   ones it never heard of (NOTE [ Segment cleanup ] in shm/segments.py).
+A scheduler also closes from a weakref.finalize on its owner (and at exit)
 when the user never calls finish().
 """
-import threading
-import time
-import warnings
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import List, Optional, Sequence
+import weakref
+from typing import Iterator, List, Optional, Sequence
 
-from speechiter.errors import WorkerError
 from speechiter.sequence.convert import Converter, hand_over
-from speechiter.sequence.fetch import Task, describe_ids, fetch, same_task
-from speechiter.sequence import shm
-from speechiter.sequence.workers import Done, Failed, Fetch
-
-_POLL_S = 0.25
+from speechiter.sequence.fetch import Task, fetch
 
 
-def new_stats() -> dict:
-    """Timing of the last iterate() call and since start, for the CLI report."""
-    return {"first_batch_s": None, "wait_s": 0.0, "batches": 0, "prefetched": 0,
-            "total_wait_s": 0.0, "total_batches": 0}
-
-
-class _Pending:
-    """One dispatched task: in flight, received, or waiting to be discarded."""
-
-    __slots__ = ("seq", "task", "wid", "slot", "result", "discard", "future")
-
-    def __init__(self, seq, task, wid, slot):
-        self.seq, self.task, self.wid, self.slot = seq, task, wid, slot
-        self.result = None
-        self.discard = False
-        self.future = None
-
-
-class _Run:
+class Run:
     """The state of one iterate() call."""
 
-    def __init__(self, tasks, lookahead, entries, ahead=()):
+    def __init__(self, tasks: Sequence[Task], lookahead: Sequence[Task], entries: List, ahead=()):
         self.tasks = tasks
         self.lookahead = lookahead
-        self.entries: List[_Pending] = entries  # dispatched tasks, in order
-        self.ahead: List[_Pending] = list(ahead)  # dispatched lookahead tasks, in order
+        self.entries: List = entries  # dispatched tasks, in order
+        self.ahead: List = list(ahead)  # dispatched lookahead tasks, in order
         self.consumed = 0
-        self.created = time.perf_counter()  # time to first batch counts from the iterate() call
 
 
-class _Engine:
-    """What iterate() shares between the pool and the inline engine."""
+class Scheduler:
+    """What iterate() shares between the pool and the inline scheduler."""
 
-    def __init__(self, stats: dict):
-        self.stats = stats
+    def __init__(self):
         self.closed = False
-        self._run: Optional[_Run] = None
+        self.prefetched = 0  # leading tasks of the last iterate() call that were prefetched
+        self._run: Optional[Run] = None
+
+    def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()) -> Iterator:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _take(self, run: Run, i: int):
+        """Batch ``i`` of ``run``, converted."""
+        raise NotImplementedError
 
     def _check_open(self):
         if self.closed:
             raise RuntimeError("the MSequence is finished: call start() or start_test() before iterating")
 
-    def _generate(self, run: _Run):
+    def _generate(self, run: Run):
         """The consumer's generator. See NOTE [ Shutdown order ]."""
-        stats = self.stats
-        stats.update(first_batch_s=None, wait_s=0.0, batches=0)
-        started = run.created
         try:
             for i in range(len(run.tasks)):
-                waited = time.perf_counter()
                 if self._run is not run:
                     raise RuntimeError("this iterate() generator was superseded by a newer iterate() call")
                 self._check_open()
                 batch = self._take(run, i)
-                now = time.perf_counter()
-                if stats["first_batch_s"] is None:
-                    stats["first_batch_s"] = now - started
-                stats["wait_s"] += now - waited
-                stats["total_wait_s"] += now - waited
-                stats["batches"] += 1
-                stats["total_batches"] += 1
                 run.consumed = i + 1
                 yield batch
-                del batch  # a zero-copy batch holds its slot; see NOTE [ Zero-copy batches ] in shm.py
+                del batch  # a zero-copy batch holds its slot; see NOTE [ Zero-copy batches ] in shm/slots.py
         except GeneratorExit:
             # Closed after the last batch was handed out (zip(), islice()) is not leaving early.
             if self._run is run and run.consumed < len(run.tasks):
@@ -135,268 +81,56 @@ class _Engine:
             raise
 
 
-class InlineEngine(_Engine):
+class InlineScheduler(Scheduler):
     """Builds every batch in the calling thread (start_test(), num_workers=0)."""
 
-    def __init__(self, factory, out_type: str, stats: dict):
-        super().__init__(stats)
+    def __init__(self, factory, out_type: str):
+        super().__init__()
         self._indexer = factory()
         self._convert = Converter(out_type)
 
-    def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()):
+    def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()) -> Iterator:
         self._check_open()
-        self._run = _Run(_as_sequence(tasks), (), [])
-        self.stats["prefetched"] = 0
+        self._run = Run(as_sequence(tasks), (), [])
         return self._generate(self._run)
 
-    def _take(self, run, i):
+    def _take(self, run: Run, i: int):
         batch, event = self._convert(fetch(self._indexer, run.tasks[i]))
-        return hand_over(batch, event, getattr(self._convert, "device", None))
+        return hand_over(batch, event, self._convert.device)
 
-    def close(self):
+    def close(self) -> None:
         self.closed = True
         self._indexer = None
 
 
-class PoolEngine(_Engine):
-    """Workers (processes or threads), per-worker queues and a reorder buffer.
+class SchedulerHandle:
+    """An owner's running scheduler: :meth:`start` closes the one before.
 
-    See NOTE [ Ordering ], NOTE [ Lookahead ], NOTE [ Never wait forever ].
+    The scheduler also closes when the handle is garbage-collected, and at
+    exit (weakref.finalize), when its owner never closes it.
     """
 
-    def __init__(self, pool, slots, out_type: str, num_converters: int, buffer: int, timeout: float,
-                 stats: dict):
-        super().__init__(stats)
-        self._pool = pool
-        self._slots = slots  # SlotTable in process mode, None with threads
-        self._buffer = buffer
-        self._timeout = timeout
-        self._out_type = out_type
-        self._share = out_type in ("null", "cpu")  # see NOTE [ Zero-copy batches ] in shm.py
-        self._pending = {}  # seq -> _Pending: the reorder buffer and in-flight tasks
-        self._load = [0] * len(pool)  # tasks sent to each worker and not answered
-        self._next_seq = 0
-        self._turn = 0
-        self._device = None
-        if out_type.startswith("cuda"):
-            import torch
-            self._device = torch.device(out_type)
-        if num_converters:
-            self._executor = ThreadPoolExecutor(num_converters, thread_name_prefix="speechiter-converter")
-            self._converters = threading.local()
-            self._ahead = num_converters
-        else:
-            self._executor = None
-            self._convert = Converter(out_type)
+    def __init__(self):
+        self.current: Optional[Scheduler] = None
+        self._finalizer: Optional[weakref.finalize] = None
 
-    # ------------------------------------------------------------ dispatch
+    def start(self, scheduler: Scheduler) -> Scheduler:
+        self.close()
+        self.current = scheduler
+        self._finalizer = weakref.finalize(self, scheduler.close)
+        return scheduler
 
-    def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()):
-        self._check_open()
-        tasks, lookahead = _as_sequence(tasks), _as_sequence(lookahead)
-        prefetched = []
-        previous = self._run
-        if previous is not None:
-            for p in previous.entries[previous.consumed:]:
-                self._discard(p)
-            prefetched = previous.ahead
-        reused = _leading_matches(prefetched, tasks)
-        entries, prefetched = prefetched[:reused], prefetched[reused:]
-        ahead = _leading_matches(prefetched, lookahead) if reused == len(tasks) else 0
-        for p in prefetched[ahead:]:
-            self._discard(p)
-        self.stats["prefetched"] = reused
-        self._run = _Run(tasks, lookahead, entries, prefetched[:ahead])
-        self._dispatch()
-        return self._generate(self._run)
-
-    def _dispatch(self):
-        """Fill the buffer: the run's tasks first, then its lookahead.
-
-        See NOTE [ Ordering ] and NOTE [ Lookahead ].
-        """
-        run = self._run
-        while len(self._pending) < self._buffer:
-            if len(run.entries) < len(run.tasks):
-                run.entries.append(self._send(run.tasks[len(run.entries)]))
-            elif len(run.ahead) < len(run.lookahead):
-                run.ahead.append(self._send(run.lookahead[len(run.ahead)]))
-            else:
-                return
-
-    def _send(self, task: Task) -> _Pending:
-        n = len(self._load)
-        wid = min(((self._turn + k) % n for k in range(n)), key=self._load.__getitem__)
-        self._turn = (wid + 1) % n
-        p = _Pending(self._next_seq, task, wid, None)
-        self._next_seq += 1
-        if self._slots is None:
-            msg = Fetch(p.seq, task)
-        else:
-            p.slot = self._slots.acquire()
-            msg = Fetch(p.seq, task, self._slots.ref(p.slot))
-        self._pending[p.seq] = p
-        self._load[wid] += 1
-        self._pool.send(wid, msg)
-        return p
-
-    def _release(self, p: _Pending):
-        del self._pending[p.seq]
-        p.result = None
-        if p.slot is not None:
-            self._slots.release(p.slot)
-            p.slot = None
-
-    def _discard(self, p: _Pending):
-        if p.future is not None:
-            p.future.cancel()
+    def close(self) -> None:
+        """Close the current scheduler, if any. Idempotent."""
+        scheduler, self.current = self.current, None
+        if scheduler is not None:
             try:
-                p.future.result()  # it may be reading the slot
-            except BaseException:
-                pass
-            p.future = None
-        if p.result is not None:
-            self._release(p)
-        elif p.seq in self._pending:
-            p.discard = True
-
-    # ------------------------------------------------------------- receive
-
-    def _receive(self, timeout: float):
-        """Take in what workers sent within ``timeout``; raise if one died.
-
-        See NOTE [ Ordering ] (results wait in _pending) and NOTE [ Slot ownership ] in shm.py.
-        """
-        messages, dead = self._pool.recv(timeout)
-        for msg in messages:
-            if msg.seq is None:  # the worker could not build its indexer
-                raise WorkerError(self._failure_text(msg, None), msg.exit_code) from None
-            p = self._pending[msg.seq]
-            self._load[p.wid] -= 1
-            if isinstance(msg, Done) and self._slots is not None:
-                self._slots.accept(msg.payload.slot)
-            if p.discard:
-                self._release(p)
-            else:
-                p.result = msg
-        for wid, how in dead:
-            busy = sorted(seq for seq, p in self._pending.items() if p.wid == wid and p.result is None
-                          and not p.discard)
-            doing = f"while building batch {self._pending[busy[0]].task.position}" if busy else "while idle"
-            raise RuntimeError(f"loading worker {wid} (pid {self._pool.pid(wid)}) exited unexpectedly "
-                               f"({how}) {doing}")
-
-    def _wait(self, run: _Run, i: int) -> _Pending:
-        """Block until task ``i`` of ``run`` has its result. See NOTE [ Never wait forever ].
-
-        The task may not even be dispatched yet while discarded tasks still
-        hold the buffer; their arrivals free places.
-        """
-        deadline = time.monotonic() + self._timeout
-        while True:
-            self._dispatch()
-            p = run.entries[i] if i < len(run.entries) else None
-            if p is not None and p.result is not None:
-                return p
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if p is None:
-                    raise TimeoutError(f"no place in the buffer for batch {run.tasks[i].position} after waiting "
-                                       f"{self._timeout:g} s (timeout={self._timeout:g})")
-                raise TimeoutError(
-                    f"no batch after waiting {self._timeout:g} s (timeout={self._timeout:g}) for batch "
-                    f"{p.task.position} from loading worker {p.wid} (pid {self._pool.pid(p.wid)}), "
-                    f"ids {describe_ids(p.task.ids)}")
-            self._receive(min(remaining, _POLL_S))
-
-    def _failure_text(self, msg: Failed, task: Optional[Task]) -> str:
-        where = (f"while building batch {task.position} (ids {describe_ids(task.ids)})" if task is not None
-                 else "while building its indexer (calling the worker factory)")
-        return (f"loading worker {msg.wid} (pid {self._pool.pid(msg.wid)}) raised {msg.kind}: {msg.message}\n"
-                f"  {where}\n\nTraceback in the worker:\n{msg.traceback.rstrip()}")
-
-    # ------------------------------------------------------------- convert
-
-    def _converter(self):
-        """The converter of the calling converter thread (each has its own CUDA stream)."""
-        found = getattr(self._converters, "converter", None)
-        if found is None:
-            found = self._converters.converter = Converter(self._out_type)
-        return found
-
-    def _resolver(self, p: _Pending):
-        """A reader of p's slot, mapped here, in the consumer thread (converter threads only make views).
-
-        A shared reader owns the slot from now on. See NOTE [ Zero-copy batches ] in shm.py.
-        """
-        if self._slots is None:
-            return None
-        payload = p.result.payload
-        reader = self._slots.reader(payload, self._share and payload.nbytes >= shm.SHARE_MIN_BYTES)
-        if reader.shared:
-            p.slot = None
-        return reader
-
-    def _submit(self, p: _Pending):
-        if isinstance(p.result, Done) and p.future is None:
-            payload = p.result.payload
-            resolver = self._resolver(p)
-            p.future = self._executor.submit(lambda: self._converter()(payload, resolver))
-
-    def _take(self, run: _Run, i: int):
-        p = self._wait(run, i)
-        if isinstance(p.result, Failed):
-            raise WorkerError(self._failure_text(p.result, p.task), p.result.exit_code) from None
-        if self._executor is None:
-            batch, event = self._convert(p.result.payload, self._resolver(p))
-        else:
-            self._submit(p)
-            self._receive(0)
-            for q in run.entries[i + 1:i + 1 + self._ahead]:
-                self._submit(q)  # convert ahead while the consumer computes
-            try:
-                batch, event = p.future.result(timeout=self._timeout)
-            except FutureTimeout:
-                raise TimeoutError(f"converting batch {p.task.position} took more than "
-                                   f"{self._timeout:g} s (timeout={self._timeout:g})") from None
-            p.future = None
-        self._release(p)
-        self._dispatch()
-        return hand_over(batch, event, self._device)
-
-    # --------------------------------------------------------------- close
-
-    def close(self):
-        """End converters, then workers, then shared memory. Idempotent.
-
-        See NOTE [ Shutdown order ].
-        """
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            if self._executor is not None:
-                self._executor.shutdown(wait=True, cancel_futures=True)
-        finally:
-            try:
-                stuck = self._pool.close()
-                if stuck:
-                    warnings.warn(f"loading worker threads {stuck} are still busy in the indexer and cannot be "
-                                  "stopped; they end when their current batch does", RuntimeWarning, stacklevel=2)
+                scheduler.close()
             finally:
-                self._pending.clear()
-                if self._slots is not None:
-                    self._slots.close()
+                self._finalizer.detach()
+                self._finalizer = None
 
 
-def _leading_matches(prefetched: List[_Pending], tasks: Sequence[Task]) -> int:
-    """How many of ``prefetched``, from the first, are ``tasks``' first ones."""
-    n = 0
-    while n < min(len(prefetched), len(tasks)) and same_task(prefetched[n].task, tasks[n]):
-        n += 1
-    return n
-
-
-def _as_sequence(tasks) -> Sequence[Task]:
+def as_sequence(tasks) -> Sequence[Task]:
     """Tasks as given when they can be indexed (a lazy plan stays lazy), else a list."""
     return tasks if isinstance(tasks, Sequence) else list(tasks)

@@ -37,7 +37,7 @@ def test_worker_exception_becomes_worker_error(thread_type):
     assert "Traceback" in text and "in __getitem__" in text and "indexers.py" in text
     assert info.value.exit_code == 1
     assert info.value.__cause__ is None and info.value.__suppress_context__
-    assert mng._engine is None or mng._engine.closed  # finished
+    assert mng._scheduler is None or mng._scheduler.closed  # finished
 
 
 @pytest.mark.timeout(60)
@@ -120,7 +120,7 @@ def test_consumer_breaking_early_finishes(thread_type):
         if i == 3:
             break
     gc.collect()
-    assert manager._engine.closed
+    assert manager._scheduler.closed
     manager.finish()
 
 
@@ -132,7 +132,7 @@ def test_generator_close_finishes(thread_type):
     batches = manager.iterate(plan(40))
     next(batches)
     batches.close()
-    assert manager._engine.closed and not manager.running
+    assert manager._scheduler.closed and not manager.running
     with pytest.raises(RuntimeError, match="finished"):
         list(manager.iterate(plan(3)))
 
@@ -146,7 +146,7 @@ def test_exception_in_consumer_finishes(thread_type, error):
         with manager.start() as mng:
             for i, batch in enumerate(mng):
                 raise error("in the training step")
-    assert manager._engine is None
+    assert manager._scheduler is None
 
 
 @pytest.mark.timeout(60)
@@ -157,7 +157,7 @@ def test_keyboard_interrupt_without_context_manager():
         for batch in manager:
             raise KeyboardInterrupt
     gc.collect()  # the interrupted loop's generator is closed, which finishes the sequence
-    assert manager._engine.closed
+    assert manager._scheduler.closed
     manager.finish()
 
 
@@ -268,7 +268,7 @@ def test_converter_threads_keep_order(thread_type):
         for i, batch in enumerate(mng.iterate(tasks)):
             if i == 5:
                 break
-    assert manager._engine is None
+    assert manager._scheduler is None
 
 
 @pytest.mark.timeout(60)

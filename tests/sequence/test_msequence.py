@@ -169,17 +169,17 @@ def test_slots_are_reused_and_grown():
     manager = MSequence(indexers.Sized, num_workers=2, out_type='null', buffer=3, dset_size=0)
     seen = set()
     # Zero-copy batches hold their slot: 3 in flight, the batch the loop holds and the one
-    # being handed over. See NOTE [ Zero-copy batches ] in shm.py.
+    # being handed over. See NOTE [ Zero-copy batches ] in shm/slots.py.
     slots = 3 + 2
     with manager.start() as mng:
         for task, batch in zip(tasks, mng.iterate(tasks)):
             assert batch["mib"] == task.ids[0] and batch["x"].shape == (task.ids[0] << 18,)
             assert batch["x"][0] == batch["x"][-1] == task.ids[0]
-            assert mng._engine._slots.segment_count() <= slots
+            assert mng._scheduler._slots.segment_count() <= slots
             # A worker may have made a new segment for a slot whose result is on its way.
             assert len(shm_leftovers()) <= slots + 3
             seen.update(shm_leftovers())
-        sizes = sorted(slot.size for slot in mng._engine._slots._slots)
+        sizes = sorted(slot.size for slot in mng._scheduler._slots._slots)
         assert sizes[-1] >= 6 << 20
     assert len(seen) <= slots + 2  # one segment per slot, plus the growth for the 6 MiB batch
 
@@ -221,7 +221,7 @@ def test_lookahead_past_the_next_epoch_is_kept_for_the_one_after(thread_type):
         for e in range(1, 6):
             got.append(list(mng.iterate(epochs[e], lookahead=following[e])))
             assert mng.stats["prefetched"] == 2
-        sent = mng._engine._next_seq
+        sent = mng._scheduler._next_seq
     assert [[b["ids"] for b in epoch] for epoch in got] == [[t.ids for t in epoch] for epoch in epochs]
     assert sent == 12  # 6 epochs of 2 tasks, each sent once
 
@@ -250,7 +250,7 @@ def test_mismatched_lookahead_is_discarded():
         # The slots of discarded results came back: the buffer still fills completely.
         got = list(mng.iterate(epoch1))
         assert [b["ids"] for b in got] == [t.ids for t in epoch1]
-        assert len(mng._engine._slots.free) == 4
+        assert len(mng._scheduler._slots.free) == 4
 
 
 @pytest.mark.timeout(60)
@@ -264,7 +264,7 @@ def test_new_iterate_supersedes_unfinished_one():
         assert [b["n"].tolist() for b in new] == [[i] for i in range(2, 8)]
         with pytest.raises(RuntimeError, match="superseded"):
             next(old)
-        assert mng._engine is not None and not mng._engine.closed
+        assert mng._scheduler is not None and not mng._scheduler.closed
 
 
 # ------------------------------------------------------------------- seeding

@@ -1,6 +1,6 @@
 """Zero-copy batches: views of shared memory, and the lifetime of their slots.
 
-See NOTE [ Zero-copy batches ] in speechiter/sequence/shm.py.
+See NOTE [ Zero-copy batches ] in speechiter/sequence/shm/slots.py.
 """
 import gc
 import os
@@ -70,12 +70,12 @@ def test_a_held_batch_is_never_overwritten(out_type):
             assert in_shm(batch["x"])
             assert np.all(np.asarray(kept["x"]) == 0)
         # Every batch but the kept one was dropped: the table did not grow beyond what the loop needed.
-        assert len(mng._engine._slots) <= 3 + 3
-        kept_slots = len(mng._engine._slots)
+        assert len(mng._scheduler._slots) <= 3 + 3
+        kept_slots = len(mng._scheduler._slots)
         del kept, batch
         gc.collect()
         assert [float(b["x"][-1]) for b in mng.iterate(stamped(20))] == list(range(20))
-        assert len(mng._engine._slots) == kept_slots
+        assert len(mng._scheduler._slots) == kept_slots
 
 
 @pytest.mark.timeout(60)
@@ -85,7 +85,7 @@ def test_a_whole_epoch_kept_in_a_list(out_type):
     # batches are copies, so that shared memory stays bounded.
     manager = MSequence(Stamped, num_workers=2, out_type=out_type, buffer=3, dset_size=0)
     with manager.start() as mng:
-        table = mng._engine._slots
+        table = mng._scheduler._slots
         epoch = list(mng.iterate(stamped(25)))
         assert [in_shm(batch["x"]) for batch in epoch] == [True] * table.max_viewed + [False] * 21
         assert len(table) <= 3 + table.max_viewed
@@ -124,7 +124,7 @@ def test_a_batch_dropped_in_another_thread_frees_its_slot():
     manager = MSequence(Stamped, num_workers=1, out_type="cpu", buffer=2, dset_size=0)
     with manager.start() as mng:
         epoch = list(mng.iterate(stamped(8)))
-        grown = len(mng._engine._slots)
+        grown = len(mng._scheduler._slots)
         holder = [epoch]
         del epoch
         thread = threading.Thread(target=lambda: (holder.clear(), gc.collect()))
@@ -132,7 +132,7 @@ def test_a_batch_dropped_in_another_thread_frees_its_slot():
         thread.join()
         for _ in range(3):
             assert [b["stamp"] for b in mng.iterate(stamped(8))] == list(range(8))
-        assert len(mng._engine._slots) == grown
+        assert len(mng._scheduler._slots) == grown
 
 
 @pytest.mark.timeout(60)

@@ -1,0 +1,205 @@
+"""Worker pools: ``num_workers`` loading workers as processes or threads.
+
+Both pools follow :class:`WorkerPool`, the protocol the pool scheduler drives
+(pool_scheduler.py): the scheduler sends each worker its own tasks, polls for
+replies with a timeout and learns of dead workers from :meth:`recv`. The
+worker loops and messages are in workers.py.
+"""
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import queue
+import threading
+import time
+import warnings
+from typing import Any, List, Optional, Protocol, Tuple
+
+from speechiter.sequence.taskpipe import TaskPipe
+from speechiter.sequence.workers import Stop, describe_exit, proc_worker_loop, thread_worker_loop
+
+# How long workers get to finish their batch and leave after Stop, before
+# processes are terminated (threads cannot be) on close.
+STOP_GRACE_S = 1.0
+# How long to wait for a process to end after terminate(), then after kill().
+_SIGNAL_WAIT_S = 1.0
+# A worker whose sentinel fired has exited: joining it only reaps it.
+_REAP_S = 0.5
+# How soon the main process retries writing to a task pipe that was full.
+_FLUSH_S = 0.005
+
+
+class WorkerPool(Protocol):
+    """Workers ``0 .. len(pool) - 1``, each with its own task channel."""
+
+    def __len__(self) -> int: ...
+
+    def pid(self, wid: int) -> Optional[int]:
+        """The worker's process id (the main process's for threads)."""
+
+    def send(self, wid: int, msg: Any) -> None:
+        """Queue a message for one worker; never blocks."""
+
+    def recv(self, timeout: float) -> Tuple[List[Any], List[Tuple[int, str]]]:
+        """Replies that arrived within ``timeout``, and ``(wid, how)`` for each worker found dead."""
+
+    def close(self) -> None:
+        """Stop every worker. Idempotent."""
+
+
+class ProcPool:
+    """``num_workers`` worker processes, a task pipe each, a result pipe each."""
+
+    def __init__(self, factory, num_workers: int, prefix: str, start_method: Optional[str] = None):
+        ctx = multiprocessing.get_context(start_method)
+        self._done = ctx.Event()
+        self._task_pipes, self._readers, self._procs = [], [], []
+        try:
+            for wid in range(num_workers):
+                tasks = TaskPipe(ctx)
+                reader, writer = ctx.Pipe(duplex=False)
+                proc = ctx.Process(
+                    target=proc_worker_loop,
+                    args=(wid, factory, tasks.reader, writer, self._done, prefix, os.getpid()),
+                    name=f"speechiter-worker-{wid}", daemon=True)
+                self._task_pipes.append(tasks)
+                self._readers.append(reader)
+                self._procs.append(proc)
+                try:
+                    proc.start()
+                except (pickle.PicklingError, AttributeError, TypeError) as error:
+                    raise ValueError(f"worker={factory!r} cannot be sent to a {ctx.get_start_method()!r} worker "
+                                     f"process ({error}); define it at module level so that it pickles") from error
+                finally:
+                    writer.close()  # the worker's ends: only the worker holds them
+                    tasks.close_reader()
+        except BaseException:
+            self.close()
+            raise
+        self._owner = {reader: wid for wid, reader in enumerate(self._readers)}
+        self._owner.update({proc.sentinel: wid for wid, proc in enumerate(self._procs)})
+        self._open = list(self._owner)
+
+    def __len__(self):
+        return len(self._procs)
+
+    def pid(self, wid: int) -> Optional[int]:
+        return self._procs[wid].pid
+
+    def send(self, wid: int, msg) -> None:
+        self._task_pipes[wid].send(msg)
+
+    def recv(self, timeout: float) -> Tuple[List[Any], List[Tuple[int, str]]]:
+        """Messages that arrived within ``timeout``, and workers that died."""
+        for tasks in self._task_pipes:
+            tasks.flush()
+        if any(tasks.pending for tasks in self._task_pipes):
+            timeout = min(timeout, _FLUSH_S)  # a full task pipe: come back soon to write the rest
+        ready = multiprocessing.connection.wait(self._open, timeout)
+        messages, dead = [], []
+        for obj in ready:
+            wid = self._owner[obj]
+            if obj is self._readers[wid]:
+                self._drain(obj, messages)
+        for obj in ready:
+            wid = self._owner[obj]
+            if obj is not self._readers[wid]:
+                self._drain(self._readers[wid], messages)  # what it sent before dying
+                self._procs[wid].join(_REAP_S)
+                self._open.remove(obj)
+                dead.append((wid, describe_exit(self._procs[wid].exitcode)))
+        return messages, dead
+
+    def _drain(self, reader, messages):
+        try:
+            while reader.poll():
+                messages.append(reader.recv())
+        except (EOFError, OSError):
+            if reader in self._open:
+                self._open.remove(reader)
+
+    def close(self) -> None:
+        """End all workers: ask, wait ``STOP_GRACE_S``, terminate, kill. Idempotent.
+
+        Every process has ended when it returns. See NOTE [ Shutdown order ] in pool_scheduler.py.
+        """
+        self._done.set()
+        for tasks in self._task_pipes:
+            tasks.send(Stop())
+        deadline = time.monotonic() + STOP_GRACE_S
+        for proc in self._procs:
+            if proc.pid is not None:
+                proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self._procs:
+            if proc.pid is not None and proc.is_alive():
+                proc.terminate()
+                proc.join(_SIGNAL_WAIT_S)
+            if proc.pid is not None and proc.is_alive():
+                proc.kill()
+                proc.join(_SIGNAL_WAIT_S)
+        for tasks in self._task_pipes:
+            tasks.close()
+        for reader in self._readers:
+            reader.close()
+        for proc in self._procs:
+            if proc.pid is not None and proc.exitcode is not None:
+                proc.close()
+        self._task_pipes, self._readers, self._procs, self._open = [], [], [], []
+
+
+class ThreadPool:
+    """``num_workers`` worker threads sharing one result queue."""
+
+    def __init__(self, factory, num_workers: int):
+        self._done = threading.Event()
+        self._results = queue.SimpleQueue()
+        self._queues = [queue.SimpleQueue() for _ in range(num_workers)]
+        self._threads = [
+            threading.Thread(target=thread_worker_loop, name=f"speechiter-worker-{wid}", daemon=True,
+                             args=(wid, factory, self._queues[wid], self._results, self._done))
+            for wid in range(num_workers)]
+        for thread in self._threads:
+            thread.start()
+        self._reported = set()
+
+    def __len__(self):
+        return len(self._threads)
+
+    def pid(self, wid: int) -> int:
+        return os.getpid()
+
+    def send(self, wid: int, msg) -> None:
+        self._queues[wid].put(msg)
+
+    def recv(self, timeout: float) -> Tuple[List[Any], List[Tuple[int, str]]]:
+        messages, dead = [], []
+        try:
+            messages.append(self._results.get(timeout=timeout))
+            while True:
+                messages.append(self._results.get_nowait())
+        except queue.Empty:
+            pass
+        if not messages:
+            for wid, thread in enumerate(self._threads):
+                if not thread.is_alive() and wid not in self._reported:
+                    self._reported.add(wid)
+                    dead.append((wid, "thread ended"))
+        return messages, dead
+
+    def close(self) -> None:
+        """Stop the threads, waiting up to ``STOP_GRACE_S``. Idempotent.
+
+        Python cannot stop a thread: one still busy in the indexer then is
+        left to end with its batch, with a RuntimeWarning naming it.
+        """
+        self._done.set()
+        for tasks in self._queues:
+            tasks.put(Stop())
+        deadline = time.monotonic() + STOP_GRACE_S
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [thread.name for thread in self._threads if thread.is_alive()]
+        self._threads, self._queues = [], []
+        if stuck:
+            warnings.warn(f"loading worker threads {stuck} are still busy in the indexer and cannot be "
+                          "stopped; they end when their current batch does", RuntimeWarning, stacklevel=3)
