@@ -1,0 +1,153 @@
+"""Bad data files get one clear DataError naming the file and the utterance:
+non-regular files, headers that disagree with the audio, batches that cannot
+be collated, selections that leave nothing, impossible lengths (issue 14)."""
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from speechiter import flac
+from speechiter.audio import audio_info, read_feat
+from speechiter.build import build_iterators
+from speechiter.config import load_config
+from speechiter.dataset.abs import Dataset
+from speechiter.dataset.speech_text import SpeechTextDataset
+from speechiter.errors import ConfigError, DataError
+from speechiter.idx2 import read_idx2_numbers, read_idx2_table
+from speechiter.iterator.block import BlockIterator
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pcm(frames, channels=1, seed=0):
+    return (np.random.default_rng(seed).standard_normal((frames, channels)) * 3000).astype(np.int16)
+
+
+def first_line(corpus, name="idx2wav"):
+    uid, value = (corpus / name).read_text().splitlines()[0].split()
+    return uid, corpus / value
+
+
+def replace_first_file(corpus, make):
+    """Replace the first utterance's audio by what ``make(path)`` puts there."""
+    uid, path = first_line(corpus)
+    path.unlink()
+    make(path)
+    return uid, path
+
+
+# --------------------------------------------------------------------- non-regular files
+
+
+def make_fifo(path):
+    os.mkfifo(path)
+
+
+def make_socket(path):
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    return server
+
+
+def make_char_device(path):
+    os.symlink("/dev/zero", path)  # reads forever
+
+
+NON_REGULAR = [(make_fifo, r"a FIFO \(named pipe\)"), (make_socket, "a socket"),
+               (make_char_device, "a character device"), (os.mkdir, "a folder")]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("make, kind", NON_REGULAR, ids=["fifo", "socket", "chardev", "folder"])
+def test_a_non_regular_audio_file_names_file_and_utterance(corpus, make, kind):
+    uid, path = replace_first_file(corpus, make)
+    dataset = SpeechTextDataset(main_data={"feat": str(corpus / "idx2wav")})
+    with pytest.raises(DataError, match=rf"^utterance {uid} \(feat from .*idx2wav\): {path}: is {kind}, "
+                                        r"expected a data file$"):
+        dataset.get_batch([uid])
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("suffix", [".npy", ".npz:x", ".hdf5:x", ".flac"])
+def test_a_fifo_where_features_or_headers_are_read_is_refused(tmp_path, suffix):
+    file = tmp_path / f"f{suffix.split(':')[0]}"
+    os.mkfifo(file)
+    value = str(file) + (":x" if ":" in suffix else "")
+    for call in (lambda: read_feat(value), lambda: audio_info(file)):
+        with pytest.raises(DataError, match=rf"^{file}: is a FIFO \(named pipe\), expected a data file"):
+            call()
+
+
+@pytest.mark.timeout(30)
+def test_a_fifo_as_idx2_file_is_refused(tmp_path):
+    os.mkfifo(tmp_path / "idx2wav")
+    with pytest.raises(DataError, match=r"idx2wav: is a FIFO \(named pipe\), expected an idx2 file"):
+        read_idx2_table(tmp_path / "idx2wav")
+    with pytest.raises(DataError, match="expected an idx2 file"):
+        SpeechTextDataset(main_data={"feat": str(tmp_path / "idx2wav")})
+
+
+@pytest.mark.timeout(60)
+def test_the_cli_with_a_fifo_inline_exits_2_naming_file_and_utterance(corpus, tmp_path):
+    uid, path = replace_first_file(corpus, make_fifo)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(textwrap.dedent(f"""\
+        test:
+          clean:
+            type: piece.PieceIterator
+            conf:
+              dataset_type: speech_text.SpeechTextDataset
+              dataset_conf:
+                main_data:
+                  feat: {corpus}/idx2wav
+              data_len: {corpus}/idx2wav_len
+              batch_size: 4
+        """))
+    result = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(cfg), "--mode", "test",
+                             "--num_workers", "0", "--engine", "inline", "--quiet"],
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                            timeout=50)
+    assert result.returncode == 2, result.stderr
+    assert f"utterance {uid}" in result.stderr and f"{path}: is a FIFO" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------- impossible lengths
+
+
+@pytest.mark.parametrize("value, kind", [("-3", "not positive"), ("0", "not positive"), ("nan", "not a number"),
+                                         ("inf", "not finite"), ("-inf", "not finite"), ("1e400", "not finite")])
+def test_a_length_file_with_an_impossible_length_names_file_and_line(corpus, tmp_path, value, kind):
+    lines = (corpus / "idx2wav_len").read_text().splitlines()
+    uid = lines[6].split()[0]
+    lines[6] = f"{uid} {value}"
+    bad = tmp_path / "idx2wav_len"
+    bad.write_text("\n".join(lines[:3] + [""] + lines[3:]) + "\n")  # a blank line: line 8 is entry 7
+    with pytest.raises(DataError, match=rf"^{bad}:8: length .* of id '{uid}' is {kind}; lengths must be positive"):
+        read_idx2_numbers(bad)
+    with pytest.raises(DataError, match=rf"^{bad}:8: "):
+        BlockIterator(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"feat": str(corpus / "idx2wav")}},
+                      data_len=str(bad), batch_len=40000)
+
+
+def test_lengths_in_a_file_the_fast_parser_leaves_to_read_idx2_are_checked_too(tmp_path):
+    bad = tmp_path / "len"
+    bad.write_text("  a 10\nb\u00a0-2\n", encoding="utf-8")  # leading blanks, a non-ASCII space: fallback parser
+    with pytest.raises(DataError, match=rf"^{bad}:2: length -2 of id 'b' is not positive"):
+        read_idx2_numbers(bad)
+
+
+def test_selection_metadata_may_be_negative(tmp_path):
+    """Only lengths must be positive: data_selection metadata (an SNR) may not."""
+    idx2 = tmp_path / "idx2text"
+    idx2.write_text("a x\nb y\nc z\n")
+    snr = tmp_path / "idx2snr"
+    snr.write_text("a -5\nb 3\nc -1\n")
+    dataset = SpeechTextDataset(main_data={"text": str(idx2)}, data_selection=["min", -2, str(snr)])
+    assert list(dataset.get_data_index()) == ["a", "c"]
