@@ -118,6 +118,85 @@ def test_the_cli_with_a_fifo_inline_exits_2_naming_file_and_utterance(corpus, tm
     assert "Traceback" not in result.stderr
 
 
+# --------------------------------------------------------------------- headers that disagree with the audio
+
+
+def set_streaminfo_rate(path, rate):
+    """Overwrite the 20 sample-rate bits of a FLAC file's STREAMINFO block."""
+    data = bytearray(path.read_bytes())
+    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0  # STREAMINFO comes first
+    data[18], data[19] = (rate >> 12) & 0xFF, (rate >> 4) & 0xFF
+    data[20] = (data[20] & 0x0F) | ((rate & 0x0F) << 4)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("reader", ["dr_flac", "libsndfile"])
+@pytest.mark.parametrize("rate", [22050, 16001, 8000])
+def test_a_corrupted_flac_sample_rate_is_an_error_not_another_utterance(tmp_path, monkeypatch, reader, rate):
+    if reader == "libsndfile":
+        monkeypatch.setattr(flac, "_lib", None)
+    path = tmp_path / "a.flac"
+    sf.write(path, pcm(40000), 16000, subtype="PCM_16")
+    set_streaminfo_rate(path, rate)
+    assert sf.info(path).samplerate == rate  # the decoders believe STREAMINFO...
+    with pytest.raises(DataError, match=rf"^{path}: corrupt FLAC header: STREAMINFO gives a sample rate of "
+                                        rf"{rate} Hz but the first frame says 16000 Hz$"):
+        read_feat(str(path), 16000)  # ... which would give 40000 * 16000 / rate frames
+
+
+def test_a_corrupted_flac_channel_count_is_an_error(tmp_path):
+    path = tmp_path / "a.flac"
+    sf.write(path, pcm(20000, channels=2), 16000, subtype="PCM_16")
+    data = bytearray(path.read_bytes())
+    data[20] = (data[20] & 0xF1) | (2 << 1)  # 3 channels
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=rf"^{path}: "):
+        read_feat(str(path))
+
+
+@pytest.mark.parametrize("rate", [8000, 11025, 22050, 44100, 48000, 12345, 65540, 96000])
+@pytest.mark.parametrize("subtype, channels", [("PCM_S8", 1), ("PCM_16", 2), ("PCM_24", 6)])
+def test_healthy_flac_files_pass_the_header_check(tmp_path, rate, subtype, channels):
+    path = tmp_path / "a.flac"
+    x = pcm(5000, channels)
+    sf.write(path, x, rate, subtype=subtype)
+    assert read_feat(str(path)).shape == (5000, channels)
+
+
+def test_a_wav_shorter_than_its_header_says_is_an_error(corpus):
+    uid, path = first_line(corpus)
+    frames = sf.info(path).frames
+    data = path.read_bytes()
+    path.write_bytes(data[:len(data) - 2 * (frames // 3)])  # 16-bit mono: lose a third of the samples
+    assert sf.read(path)[0].shape[0] == frames - frames // 3  # libsndfile reads it silently
+    dataset = SpeechTextDataset(main_data={"feat": str(corpus / "idx2wav")})
+    with pytest.raises(DataError, match=rf"^utterance {uid} \(feat from .*idx2wav\): {path}: truncated WAV: its "
+                                        rf"header gives {frames} frames .* but only {frames - frames // 3} were "
+                                        r"decoded"):
+        dataset.get_batch([uid])
+
+
+@pytest.mark.parametrize("placeholder", [0xFFFFFFFF, 0x7FFFF000])
+def test_a_streamed_wav_without_sizes_still_reads(tmp_path, placeholder):
+    path = tmp_path / "a.wav"
+    x = pcm(3000, channels=2)
+    sf.write(path, x, 16000, subtype="PCM_16")
+    data = bytearray(path.read_bytes())
+    at = data.index(b"data")
+    data[at + 4:at + 8] = placeholder.to_bytes(4, "little")
+    data[4:8] = placeholder.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    np.testing.assert_array_equal(read_feat(str(path)), x / np.float32(32768))
+
+
+def test_wav_with_chunks_after_the_data_reads(tmp_path):
+    path = tmp_path / "a.wav"
+    x = pcm(3001)
+    sf.write(path, x, 16000, subtype="PCM_16")
+    path.write_bytes(path.read_bytes() + b"LIST" + (5).to_bytes(4, "little") + b"abcde\0")
+    assert read_feat(str(path)).shape == (3001, 1)
+
+
 # --------------------------------------------------------------------- impossible lengths
 
 
