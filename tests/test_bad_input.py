@@ -197,6 +197,64 @@ def test_wav_with_chunks_after_the_data_reads(tmp_path):
     assert read_feat(str(path)).shape == (3001, 1)
 
 
+# --------------------------------------------------------------------- batches that cannot be collated
+
+
+def test_a_stereo_file_in_a_mono_batch_names_file_and_utterance(corpus):
+    ids = [line.split()[0] for line in (corpus / "idx2wav").read_text().splitlines()]
+    uid, path = replace_first_file(corpus, lambda p: sf.write(p, pcm(8000, channels=2), 16000))
+    dataset = SpeechTextDataset(main_data={"feat": str(corpus / "idx2wav")})
+    batch = [ids[3], uid, ids[5]]
+    with pytest.raises(DataError, match=rf"^utterance {uid} \(feat from .*idx2wav\): {path} has shape \(T, 2\) "
+                                        r"but the batch's other utterances have \(T, 1\)$"):
+        dataset.get_batch(batch)
+
+
+def test_features_of_another_dimension_name_file_and_utterance(tmp_path):
+    for uid, dim in (("a", 80), ("b", 80), ("c", 40)):
+        np.save(tmp_path / f"{uid}.npy", np.zeros((10, dim), np.float32))
+    idx2 = tmp_path / "idx2feat"
+    idx2.write_text("a a.npy\nb b.npy\nc c.npy\n")
+    dataset = SpeechTextDataset(main_data={"feat": str(idx2)})
+    with pytest.raises(DataError, match=rf"^utterance c \(feat from {idx2}\): {tmp_path / 'c.npy'} has shape "
+                                        r"\(T, 40\) but the batch's other utterances have \(T, 80\)$"):
+        dataset.get_batch(["a", "c", "b"])
+
+
+class Arrays(Dataset):
+    """Base-class collation of arrays made from the idx2 value (no file)."""
+
+    def extract_main_data_fn(self, main_data):
+        dim = int(main_data["x"])
+        return {"x": main_data["x"], "arr": np.zeros((3, dim), np.float32)}
+
+
+def test_base_dataset_arrays_of_another_shape_name_the_utterance(tmp_path):
+    idx2 = tmp_path / "idx2x"
+    idx2.write_text("a 2\nb 2\nc 5\n")
+    with pytest.raises(DataError, match=r"^utterance c: arr has shape \(T, 5\) but the batch's other utterances "
+                                        r"have \(T, 2\)$"):
+        Arrays(main_data={"x": str(idx2)}).get_batch(["a", "b", "c"])
+
+
+class SomeSpeakers(Dataset):
+    """Gives spk_ids only for utterances whose id starts with 's'."""
+
+    def extract_main_data_fn(self, main_data):
+        uid = main_data.pop("id")
+        return {**main_data, "spk_ids": "spk1"} if uid.startswith("s") else main_data
+
+
+def test_utterances_with_different_keys_are_an_error_naming_ids_and_keys(tmp_path):
+    idx2 = tmp_path / "idx2text"
+    idx2.write_text("s1 hello\ns2 world\nu3 again\n")
+    dataset = SomeSpeakers(main_data={"text": str(idx2)})
+    assert dataset.get_batch(["s1", "s2"])["spk_ids"] == ["spk1", "spk1"]
+    with pytest.raises(DataError, match=r"^utterances of one batch give different data: s1 gives \['spk_ids', "
+                                        r"'text'\], u3 gives \['text'\]$"):
+        dataset.get_batch(["s1", "u3", "s2"])
+
+
 # --------------------------------------------------------------------- impossible lengths
 
 

@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from speechiter.dataset.collate import collate_values, pad_stack  # noqa: F401 (pad_stack: re-exported)
+from speechiter.dataset.collate import check_same_keys, collate_values, odd_shape
+from speechiter.dataset.collate import pad_stack  # noqa: F401 (re-exported)
 from speechiter.dataset.selection import select_ids, selection_rules
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2_files
@@ -217,7 +218,22 @@ class Dataset:
         return self.collate_main_data_fn(batch_dict)
 
     def get_batch(self, ids: Sequence[str]) -> Dict[str, Any]:
-        return self.collate_fn([self[uid] for uid in ids])
+        """The collated batch of ``ids``. A batch that cannot be collated is
+        a DataError naming the utterance (and its file) that breaks it."""
+        items = [self[uid] for uid in ids]
+        check_same_keys(ids, items)
+        try:
+            return self.collate_fn(items)
+        except DataError:
+            odd = odd_shape(ids, items)
+            if odd is None:
+                raise
+            name, uid, shape, usual = odd
+            problem = (f"has shape (T, {', '.join(map(str, shape))}) but the batch's other utterances have "
+                       f"(T, {', '.join(map(str, usual))})")
+            if name not in self.main_data:
+                raise DataError(f"utterance {uid}: {name} {problem}") from None
+            raise self.data_error(name, uid, f"{self.main_data[name][uid]} {problem}") from None
 
     def __repr__(self):
         return f"{type(self).__name__}({len(self)} utterances, data: {', '.join(self.main_data)})"
