@@ -255,6 +255,40 @@ def test_utterances_with_different_keys_are_an_error_naming_ids_and_keys(tmp_pat
         dataset.get_batch(["s1", "u3", "s2"])
 
 
+# --------------------------------------------------------------------- data_selection that leaves nothing
+
+
+@pytest.mark.parametrize("rule, message", [
+    (lambda c: ["order", 0.01], r"rule 1 \['order', 0.01\] keeps none \(20 before rule 1\)"),
+    (lambda c: [["order", 0.5], ["min", "0", str(c / "idx2wav_len")]],
+     r"rule 2 \['min', '0', '.*idx2wav_len'\] keeps none \(20 before rule 1, 10 before rule 2\)"),
+    (lambda c: [["rev_order", -5], ["group", "nobody", str(c / "idx2spk")]],
+     r"rule 2 .* keeps none \(20 before rule 1, 5 before rule 2\)"),
+], ids=["fraction", "threshold", "group"])
+def test_a_data_selection_that_leaves_no_utterance(corpus, rule, message):
+    with pytest.raises(ConfigError, match=rf"^data_selection: leaves no utterance: {message}$"):
+        SpeechTextDataset(main_data={"feat": str(corpus / "idx2wav")}, data_selection=rule(corpus))
+
+
+def test_an_empty_selection_names_the_config_path(corpus, tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(textwrap.dedent(f"""\
+        test:
+          clean:
+            type: piece.PieceIterator
+            conf:
+              dataset_type: speech_text.SpeechTextDataset
+              dataset_conf:
+                main_data:
+                  feat: {corpus}/idx2wav
+                data_selection: [order, 0.01]
+              batch_size: 4
+        """))
+    with pytest.raises(ConfigError, match=r"^data_cfg\.test\.clean\.conf\.dataset_conf\.data_selection: leaves no "
+                                          r"utterance: rule 1 \['order', 0.01\] keeps none \(20 before rule 1\)$"):
+        build_iterators(load_config(str(cfg)), num_workers=0)
+
+
 # --------------------------------------------------------------------- impossible lengths
 
 

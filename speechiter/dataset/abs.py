@@ -57,12 +57,18 @@ class Dataset:
         for key, files in main_data.items():
             self.sources[key], self.main_data[key] = self._read_main_data(key, files)
         self._align(encode_ids(self._intersect_ids()))
-        for rule in selection_rules(data_selection):
+        counts = [len(self)]
+        for number, rule in enumerate(selection_rules(data_selection), 1):
             if type(self).select is Dataset.select:
                 ids = select_ids(self._index.ids, *rule, seed=self.seed)
             else:  # a subclass's own select() gets lists
                 ids = self.select(list(self.get_data_index()), *rule)
+            if not len(ids):
+                steps = ", ".join(f"{count} before rule {i}" for i, count in enumerate(counts, 1))
+                raise ConfigError("data_selection", f"leaves no utterance: rule {number} {list(rule)!r} keeps none "
+                                                    f"({steps})")
             self.keep_only(ids)
+            counts.append(len(self))
         self.data_len = self.data_len_register_fn(self.main_data)
         self.dataset_init_fn(**dataset_conf)
 
