@@ -198,22 +198,24 @@ def read_idx2_numbers(path: PathLike):
 
 def check_lengths(path: PathLike, ids: np.ndarray, values: np.ndarray) -> None:
     """Raise DataError naming ``path`` and the line of the first length that
-    is not a positive finite number (negative, zero, NaN, inf).
-
-    ``ids`` (``S`` array) and ``values`` are the file's rows. A zero length is
-    an empty utterance: nothing to batch, and a batch_len budget would let
-    any number of them into one batch, so it is refused like a negative one.
+    is not a positive finite number (negative, zero, NaN, inf); ``ids`` (an
+    ``S`` array) and ``values`` are its rows. ``path`` may name another source
+    (no line then). Zero is an empty utterance: nothing to batch, and a
+    batch_len budget would take any number of them, so it is refused too.
     """
     bad = ~(np.isfinite(values) & (values > 0))
     if not bad.any():
         return
     row, path = int(np.argmax(bad)), os.fspath(path)
     uid = ids[row].decode("utf-8") if isinstance(ids[row], bytes) else str(ids[row])
-    with open(path, encoding="utf-8", errors="replace") as f:  # the error path only: find the line
-        where = next((f"{path}:{n}" for n, line_id, _ in _numbered_entries(f.read()) if line_id == uid), path)
+    try:  # the error path only: find the line
+        with open(path, encoding="utf-8", errors="replace") as f:
+            where = next((f"{path}:{n}" for n, line_id, _ in _numbered_entries(f.read()) if line_id == uid), path)
+    except OSError:  # lengths that come from no file (a dataset's data_len_register_fn)
+        where = path
     kind = "not a number" if np.isnan(values[row]) else "not finite" if np.isinf(values[row]) else "not positive"
     raise DataError(f"{where}: length {values[row]:g} of id {uid!r} is {kind}; lengths must be positive numbers "
-                    f"({int(bad.sum())} of the file's {len(values)} lengths are not)")
+                    f"({int(bad.sum())} of {len(values)} lengths are not)")
 
 
 # --------------------------------------------------------------------- several files of one option

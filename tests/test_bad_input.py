@@ -19,7 +19,7 @@ from speechiter.config import load_config
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
-from speechiter.idx2 import read_idx2_numbers, read_idx2_table
+from speechiter.idx2 import check_lengths, read_idx2_numbers, read_idx2_table
 from speechiter.iterator.block import BlockIterator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -312,6 +312,12 @@ def test_lengths_in_a_file_the_fast_parser_leaves_to_read_idx2_are_checked_too(t
     bad.write_text("  a 10\nb\u00a0-2\n", encoding="utf-8")  # leading blanks, a non-ASCII space: fallback parser
     with pytest.raises(DataError, match=rf"^{bad}:2: length -2 of id 'b' is not positive"):
         read_idx2_numbers(bad)
+
+
+def test_check_lengths_of_lengths_from_no_file_names_the_source():
+    check_lengths("MyDataset.data_len_register_fn", np.array([b"a", b"b"]), np.array([3.0, 1.5]))
+    with pytest.raises(DataError, match=r"^MyDataset.data_len_register_fn: length nan of id 'b' is not a number; "):
+        check_lengths("MyDataset.data_len_register_fn", np.array([b"a", b"b"]), np.array([3.0, np.nan]))
 
 
 def test_selection_metadata_may_be_negative(tmp_path):
