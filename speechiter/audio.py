@@ -18,6 +18,7 @@ import soundfile
 from speechiter.arrays import array_num_frames, is_array_file, is_hdf5_file, read_array
 from speechiter.errors import DataError
 from speechiter.flac import read_flac
+from speechiter.headers import check_decoded
 from speechiter.paths import check_data_file, split_chunk_key
 
 __all__ = ["RESAMPLE_QUALITY", "PCM16_SCALE", "read_feat", "resampled_length", "resample", "audio_info",
@@ -131,6 +132,7 @@ def _read_audio(file: str, sample_rate: Optional[int]) -> np.ndarray:
         x, sr = _read_soundfile(file)
     if x.shape[0] == 0:
         raise DataError(f"{file}: audio has no frames")
+    check_decoded(file, x.shape[0])  # never a silently shorter or mis-rated utterance
     if sample_rate is not None and int(sr) != int(sample_rate):
         x = resample(x, sr, sample_rate)
     return x

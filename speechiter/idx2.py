@@ -29,9 +29,10 @@ import numpy as np
 
 from speechiter.errors import DataError
 from speechiter.idx2_numpy import PAD, Fallback, first_duplicate, gather_values, parse_idx2, parse_numbers
+from speechiter.paths import check_regular_file
 
-__all__ = ["read_idx2", "Idx2Table", "read_idx2_table", "read_idx2_numbers", "Idx2Files", "read_idx2_files",
-           "gather_values", "ON_DUPLICATE"]
+__all__ = ["read_idx2", "Idx2Table", "read_idx2_table", "read_idx2_numbers", "check_lengths", "Idx2Files",
+           "read_idx2_files", "gather_values", "ON_DUPLICATE"]
 
 PathLike = Union[str, os.PathLike]
 #: what :func:`read_idx2_files` does with an id listed in more than one file
@@ -52,6 +53,7 @@ def read_idx2(path: PathLike, value_type=str):
     ``value_type`` rejects.
     """
     path = os.fspath(path)
+    _check_not_special(path)
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -87,6 +89,13 @@ def read_idx2(path: PathLike, value_type=str):
             except (ValueError, TypeError, OverflowError):
                 _raise_bad_value(path, text, convert, value_type)
     return ids, values
+
+
+def _check_not_special(path: str):
+    # A FIFO or a device would block or never end; a missing file or a folder
+    # gets read_idx2's own message.
+    if os.path.exists(path) and not os.path.isdir(path):
+        check_regular_file(path, "an idx2 file")
 
 
 @contextlib.contextmanager
@@ -163,6 +172,7 @@ class Idx2Table:
 def read_idx2_table(path: PathLike) -> Idx2Table:
     """Parse an idx2 file with numpy (same result and errors as read_idx2)."""
     path = os.fspath(path)
+    _check_not_special(path)
     try:
         return Idx2Table(path, *parse_idx2(path))
     except (Fallback, OSError):
@@ -176,9 +186,36 @@ def read_idx2_table(path: PathLike) -> Idx2Table:
 
 
 def read_idx2_numbers(path: PathLike):
-    """``(ids, float64 lengths)`` of a numeric idx2 file."""
+    """``(ids, float64 lengths)`` of a length file (``data_len``, ``idx2wav_len``).
+
+    Every value must be a positive finite number (see :func:`check_lengths`).
+    """
     table = read_idx2_table(path)
-    return table.ids, table.numbers()
+    values = table.numbers()
+    check_lengths(table.path, table.ids, values)
+    return table.ids, values
+
+
+def check_lengths(path: PathLike, ids: np.ndarray, values: np.ndarray) -> None:
+    """Raise DataError naming ``path`` and the line of the first length that
+    is not a positive finite number (negative, zero, NaN, inf); ``ids`` (an
+    ``S`` array) and ``values`` are its rows. ``path`` may name another source
+    (no line then). Zero is an empty utterance: nothing to batch, and a
+    batch_len budget would take any number of them, so it is refused too.
+    """
+    bad = ~(np.isfinite(values) & (values > 0))
+    if not bad.any():
+        return
+    row, path = int(np.argmax(bad)), os.fspath(path)
+    uid = ids[row].decode("utf-8") if isinstance(ids[row], bytes) else str(ids[row])
+    try:  # the error path only: find the line
+        with open(path, encoding="utf-8", errors="replace") as f:
+            where = next((f"{path}:{n}" for n, line_id, _ in _numbered_entries(f.read()) if line_id == uid), path)
+    except OSError:  # lengths that come from no file (a dataset's data_len_register_fn)
+        where = path
+    kind = "not a number" if np.isnan(values[row]) else "not finite" if np.isinf(values[row]) else "not positive"
+    raise DataError(f"{where}: length {values[row]:g} of id {uid!r} is {kind}; lengths must be positive numbers "
+                    f"({int(bad.sum())} of {len(values)} lengths are not)")
 
 
 # --------------------------------------------------------------------- several files of one option

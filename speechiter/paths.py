@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Optional, Tuple, Union
 
 from speechiter.errors import DataError
 
-__all__ = ["split_chunk_key", "resolve_data_path", "check_data_file"]
+__all__ = ["split_chunk_key", "resolve_data_path", "check_data_file", "check_regular_file"]
 
 _CHUNK_RE = re.compile(r"^(.*?\.(?:hdf5|h5|npz)):(.+)$", re.IGNORECASE)
 
@@ -44,8 +45,26 @@ def resolve_data_path(value: PathLike, idx2_path: PathLike) -> str:
 
 
 def check_data_file(file: str) -> None:
-    """Raise DataError naming ``file`` unless it is an existing file."""
-    if not os.path.exists(file):
-        raise DataError(f"{file}: no such file")
-    if os.path.isdir(file):
-        raise DataError(f"{file}: is a folder, expected a data file")
+    """Raise DataError naming ``file`` unless it is an existing regular file."""
+    check_regular_file(file, "a data file")
+
+
+# Reading a FIFO blocks until a writer comes (forever, inline); /dev/zero never
+# ends; a socket cannot be opened. So only regular files are read.
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def check_regular_file(file: str, expected: str = "a regular file") -> None:
+    """Raise DataError naming ``file`` unless it exists and is a regular file
+    (symbolic links are followed); call it before opening a file to read.
+    ``expected`` names what the file should be (``"an idx2 file"``)."""
+    try:
+        mode = os.stat(file).st_mode
+    except FileNotFoundError:
+        raise DataError(f"{file}: no such file") from None
+    except OSError as e:
+        raise DataError(f"{file}: cannot read it ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise DataError(f"{file}: is {kind}, expected {expected}")

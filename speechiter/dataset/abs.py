@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from speechiter.dataset.collate import collate_values, pad_stack  # noqa: F401 (pad_stack: re-exported)
+from speechiter.dataset.collate import check_same_keys, collate_values, odd_shape
+from speechiter.dataset.collate import pad_stack  # noqa: F401 (re-exported)
 from speechiter.dataset.selection import select_ids, selection_rules
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2_files
@@ -56,12 +57,18 @@ class Dataset:
         for key, files in main_data.items():
             self.sources[key], self.main_data[key] = self._read_main_data(key, files)
         self._align(encode_ids(self._intersect_ids()))
-        for rule in selection_rules(data_selection):
+        counts = [len(self)]
+        for number, rule in enumerate(selection_rules(data_selection), 1):
             if type(self).select is Dataset.select:
                 ids = select_ids(self._index.ids, *rule, seed=self.seed)
             else:  # a subclass's own select() gets lists
                 ids = self.select(list(self.get_data_index()), *rule)
+            if not len(ids):
+                steps = ", ".join(f"{count} before rule {i}" for i, count in enumerate(counts, 1))
+                raise ConfigError("data_selection", f"leaves no utterance: rule {number} {list(rule)!r} keeps none "
+                                                    f"({steps})")
             self.keep_only(ids)
+            counts.append(len(self))
         self.data_len = self.data_len_register_fn(self.main_data)
         self.dataset_init_fn(**dataset_conf)
 
@@ -217,7 +224,22 @@ class Dataset:
         return self.collate_main_data_fn(batch_dict)
 
     def get_batch(self, ids: Sequence[str]) -> Dict[str, Any]:
-        return self.collate_fn([self[uid] for uid in ids])
+        """The collated batch of ``ids``. A batch that cannot be collated is
+        a DataError naming the utterance (and its file) that breaks it."""
+        items = [self[uid] for uid in ids]
+        check_same_keys(ids, items)
+        try:
+            return self.collate_fn(items)
+        except DataError:
+            odd = odd_shape(ids, items)
+            if odd is None:
+                raise
+            name, uid, shape, usual = odd
+            problem = (f"has shape (T, {', '.join(map(str, shape))}) but the batch's other utterances have "
+                       f"(T, {', '.join(map(str, usual))})")
+            if name not in self.main_data:
+                raise DataError(f"utterance {uid}: {name} {problem}") from None
+            raise self.data_error(name, uid, f"{self.main_data[name][uid]} {problem}") from None
 
     def __repr__(self):
         return f"{type(self).__name__}({len(self)} utterances, data: {', '.join(self.main_data)})"

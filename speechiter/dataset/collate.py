@@ -3,7 +3,7 @@
 Used by :meth:`Dataset.collate_main_data_fn` and by subclasses that collate
 some names themselves (SpeechTextDataset).
 """
-from typing import List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -43,3 +43,28 @@ def collate_values(name: str, values: List) -> List[tuple]:
     if isinstance(first, (float, np.floating)):
         return [(name, np.array(values, dtype=np.float32))]
     return [(name, list(values))]
+
+
+def check_same_keys(ids: Sequence[str], items: Sequence[Dict[str, Any]]) -> None:
+    """Raise DataError unless every utterance of a batch gave the same names
+    (collating them otherwise misaligns rows: one list shorter than the batch)."""
+    first = set(items[0]) if items else set()
+    for uid, item in zip(ids, items):
+        if set(item) != first:
+            raise DataError(f"utterances of one batch give different data: {ids[0]} gives "
+                            f"{sorted(first)}, {uid} gives {sorted(item)}")
+
+
+def odd_shape(ids: Sequence[str], items: Sequence[Dict[str, Any]]) -> Optional[Tuple[str, str, tuple, tuple]]:
+    """``(name, id, its trailing shape, the batch's usual one)`` of the first
+    utterance whose array differs from most of the batch beyond the first
+    axis (channels, feature dimension), or None."""
+    for name, value in items[0].items() if items else ():
+        if not isinstance(value, np.ndarray) or not value.ndim:
+            continue
+        shapes = [item[name].shape[1:] if isinstance(item.get(name), np.ndarray) else None for item in items]
+        usual = max(set(shapes), key=shapes.count)
+        for uid, shape in zip(ids, shapes):
+            if shape != usual and shape is not None:
+                return name, uid, shape, usual
+    return None
