@@ -12,7 +12,7 @@ import numpy as np
 
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
-from speechiter.idx2 import read_idx2_files
+from speechiter.idx2 import check_lengths, read_idx2_files
 from speechiter.plan import Column, IdIndex, IdList, LengthMap, SortedIds, encode_ids
 
 Files = Union[str, List[str]]
@@ -27,10 +27,14 @@ def load_lengths(dataset: Dataset, data_len: Optional[Files]) -> Optional[Length
         if registered is None:
             return None
         values = np.array([registered[uid] for uid in IdList(ids)], dtype=np.float64)
+        check_lengths(f"{type(dataset).__name__}.data_len_register_fn", ids, values)
     else:
         files = [data_len] if isinstance(data_len, str) else list(data_len)
-        merged = read_idx2_files(files, "data_len")
-        file_ids, file_values = merged.ids, merged.numbers()
+        merged = read_idx2_files(files, "data_len")  # every row of every file, in order
+        per_file = [table.numbers() for table in merged.tables]
+        for table, numbers in zip(merged.tables, per_file):
+            check_lengths(table.path, table.ids, numbers)
+        file_ids, file_values = merged.ids, np.concatenate(per_file)
         rows = IdIndex(file_ids).find(ids)
         missing = rows < 0
         if missing.any():
