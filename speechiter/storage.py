@@ -135,7 +135,7 @@ def _make_filesystem(protocol: str, url: str):
 
             fs = s3fs.S3FileSystem(skip_instance_cache=True, config_kwargs={
                 "connect_timeout": min(timeout, 10.0), "read_timeout": timeout,
-                "retries": {"max_attempts": 1, "mode": "standard"}})
+                "retries": {"total_max_attempts": 1, "mode": "standard"}})
             fs.retries = 1  # See NOTE [ Storage failures ]
         elif protocol in ("http", "https"):
             import aiohttp
@@ -168,16 +168,21 @@ _TRANSIENT_NAMES = {
 }
 
 
-def _status(error: BaseException) -> Optional[int]:
-    for name in ("status", "code", "status_code"):
-        value = getattr(error, name, None)
-        if isinstance(value, int) and 100 <= value < 600:
-            return value
-    response = getattr(error, "response", None)
-    if isinstance(response, dict):
-        value = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if isinstance(value, int):
-            return value
+def _status(error: Optional[BaseException]) -> Optional[int]:
+    """The HTTP status behind ``error`` (s3fs keeps botocore's error as the cause)."""
+    for _ in range(3):
+        if error is None:
+            return None
+        for name in ("status", "code", "status_code"):
+            value = getattr(error, name, None)
+            if isinstance(value, int) and 100 <= value < 600:
+                return value
+        response = getattr(error, "response", None)
+        if isinstance(response, dict):
+            value = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(value, int):
+                return value
+        error = error.__cause__
     return None
 
 
@@ -264,10 +269,11 @@ class _Guarded:
         return getattr(self._f, name)
 
 
-def open_url(url: str, block_size: int = 1 << 18) -> _Guarded:
+def open_url(url: str, block_size: int = 1 << 16) -> _Guarded:
     """An open binary file object for ``url`` (read-ahead of ``block_size``
     bytes); wrap its use in :func:`call` and call ``.check()`` after a C
     library read from it."""
     fs = filesystem(url)
-    return _Guarded(call(url, lambda: fs.open(url, "rb", block_size=block_size, cache_type="readahead"),
-                         "open"))
+    options = {} if os.environ.get("SPEECHITER_STORAGE_CACHE") else {"block_size": block_size,
+                                                                      "cache_type": "readahead"}
+    return _Guarded(call(url, lambda: fs.open(url, "rb", **options), "open"))
