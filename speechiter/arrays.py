@@ -23,6 +23,8 @@ import numpy as np
 
 from speechiter.errors import DataError
 from speechiter.paths import check_data_file, split_chunk_key
+from speechiter.segments import segment_range
+from speechiter.storage import call, is_url, open_url, redact
 
 __all__ = ["is_array_file", "is_hdf5_file", "read_array", "array_num_frames", "read_vector", "close_h5_files"]
 
@@ -41,11 +43,17 @@ def is_array_file(file: str) -> bool:
     return _suffix(file) in (*_H5_SUFFIXES, ".npz", ".npy")
 
 
-def read_array(file: str, key: Optional[str]) -> Tuple[np.ndarray, Optional[int]]:
-    """``(array, stored sample rate or None)`` of a .hdf5/.h5 (with key), .npz or .npy file."""
+def read_array(file: str, key: Optional[str], segment=None) -> Tuple[np.ndarray, Optional[int]]:
+    """``(array, stored sample rate or None)`` of a .hdf5/.h5 (with key), .npz
+    or .npy file (a path or URL). ``segment`` (a time range, see
+    speechiter/segments.py) reads only its rows of an HDF5 dataset with a
+    ``sample_rate`` attribute; npy/npz store no rate, so they take none."""
     suffix = _suffix(file)
     if suffix in _H5_SUFFIXES:
-        return _read_h5_dataset(file, _h5_key(file, key))
+        return _read_h5_dataset(file, _h5_key(file, key), segment)
+    if segment is not None:
+        raise DataError(f"{redact(file)}: a #t= time range needs a sample rate, and npy/npz files store none "
+                        f"(pack waveforms with tools/pack_hdf5.py)")
     if suffix == ".npz":
         return _load_npz_entry(file, key), None
     if key is not None:  # pragma: no cover - split_chunk_key only gives keys for chunk suffixes
@@ -93,28 +101,48 @@ def _h5_key(file: str, key: Optional[str]) -> str:
 
 
 def _load_npy(file: str, mmap_mode: Optional[str] = None) -> np.ndarray:
+    if is_url(file):
+        return call(file, lambda: _load_remote(file, lambda f: np.load(f, allow_pickle=False)))
     try:
         return np.load(file, mmap_mode=mmap_mode, allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
         raise DataError(f"{file}: cannot read npy ({e})") from None
 
 
-def _load_npz_entry(file: str, key: Optional[str]) -> np.ndarray:
+def _load_remote(url: str, load):
+    f = open_url(url)
     try:
-        with np.load(file, allow_pickle=False) as archive:
-            names = archive.files
-            if key is None:
-                if len(names) != 1:
-                    raise DataError(
-                        f"{file}: npz holds {len(names)} arrays {names[:5]}, name one as '{file}:<key>'")
-                key = names[0]
-            elif key not in names:
-                raise DataError(f"{file}: npz has no array {key!r} (it has {len(names)}: {names[:5]})")
-            return archive[key]
+        try:
+            return load(f)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            f.check()
+            raise DataError(f"{redact(url)}: cannot read array file ({e})") from None
+    finally:
+        f.close()
+
+
+def _load_npz_entry(file: str, key: Optional[str]) -> np.ndarray:
+    if is_url(file):  # the zip directory and the one member: ranged reads
+        return call(file, lambda: _load_remote(file, lambda f: _npz_entry(f, file, key)))
+    try:
+        return _npz_entry(file, file, key)
     except DataError:
         raise
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise DataError(f"{file}: cannot read npz ({e})") from None
+
+
+def _npz_entry(source, file: str, key: Optional[str]) -> np.ndarray:
+    file = redact(file)
+    with np.load(source, allow_pickle=False) as archive:
+        names = archive.files
+        if key is None:
+            if len(names) != 1:
+                raise DataError(f"{file}: npz holds {len(names)} arrays {names[:5]}, name one as '{file}:<key>'")
+            key = names[0]
+        elif key not in names:
+            raise DataError(f"{file}: npz has no array {key!r} (it has {len(names)}: {names[:5]})")
+        return archive[key]
 
 
 # --------------------------------------------------------------------- HDF5
@@ -151,10 +179,13 @@ def _h5_file(file: str):
     with _h5_lock:
         handle = _h5_files.get(file)
         if handle is None:
-            try:
-                handle = h5py.File(file, "r")
-            except OSError as e:
-                raise DataError(f"{file}: cannot open HDF5 file ({e})") from None
+            if is_url(file):  # pages of the file, read as HDF5 asks for them
+                handle = call(file, lambda: h5py.File(open_url(file, block_size=1 << 16), "r"), "open HDF5 file")
+            else:
+                try:
+                    handle = h5py.File(file, "r")
+                except OSError as e:
+                    raise DataError(f"{file}: cannot open HDF5 file ({e})") from None
             _h5_files[file] = handle
     return handle
 
@@ -172,14 +203,24 @@ def _h5_dataset(file: str, key: str):
     return dataset
 
 
-def _read_h5_dataset(file: str, key: str) -> Tuple[np.ndarray, Optional[int]]:
+def _read_h5_dataset(file: str, key: str, segment=None) -> Tuple[np.ndarray, Optional[int]]:
     dataset = _h5_dataset(file, key)
-    try:
-        array = dataset[()]
-    except OSError as e:
-        raise DataError(f"{file}:{key}: cannot read HDF5 dataset ({e})") from None
     rate = dataset.attrs.get("sample_rate")
-    return array, None if rate is None else int(rate)
+    rate = None if rate is None else int(rate)
+    where = f"{redact(file)}:{key}"
+    rows = slice(None)
+    if segment is not None:  # See NOTE [ Segment values ] in speechiter/segments.py
+        if rate is None or not dataset.shape:
+            raise DataError(f"{where}: a #t= time range needs the dataset's sample_rate attribute")
+        first, count = segment_range(segment, int(dataset.shape[0]), rate, where)
+        rows = slice(first, first + count)
+    if is_url(file):
+        return call(file, lambda: dataset[rows] if dataset.shape else dataset[()], "read HDF5 dataset"), rate
+    try:
+        array = dataset[rows] if dataset.shape else dataset[()]
+    except OSError as e:
+        raise DataError(f"{where}: cannot read HDF5 dataset ({e})") from None
+    return array, rate
 
 
 def close_h5_files() -> None:

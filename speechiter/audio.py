@@ -20,6 +20,8 @@ from speechiter.errors import DataError
 from speechiter.flac import read_flac
 from speechiter.headers import check_decoded
 from speechiter.paths import check_data_file, split_chunk_key
+from speechiter.segments import audio_header, read_audio, segment_range, split_segment
+from speechiter.storage import is_url, redact
 
 __all__ = ["RESAMPLE_QUALITY", "PCM16_SCALE", "read_feat", "resampled_length", "resample", "audio_info",
            "audio_num_frames", "data_num_frames"]
@@ -55,7 +57,11 @@ def read_feat(value: str, sample_rate: Optional[int] = None) -> np.ndarray:
     - ``.npz``: its single array, or ``file.npz:key``;
     - ``file.hdf5:key`` / ``file.h5:key``: the dataset ``key``. If the dataset
       has a ``sample_rate`` attribute and ``sample_rate`` is given, it is
-      resampled like audio.
+      resampled like audio;
+    - any of these with a time range ``#t=<start>,<end>`` (seconds; see NOTE
+      [ Segment values ] in speechiter/segments.py): only that range is read;
+    - URLs (``s3://``, ``gs://``, ``http(s)://``) for any of these, read
+      through fsspec (see :mod:`speechiter.storage`).
 
     ``sample_rate`` does not apply to npy/npz (features, or waveforms already
     at the right rate). int16/int32 arrays are taken as PCM and scaled to
@@ -65,11 +71,12 @@ def read_feat(value: str, sample_rate: Optional[int] = None) -> np.ndarray:
     Raises DataError naming the file for a missing or unreadable file, audio
     with no frames, or a missing npz/HDF5 key.
     """
+    value, segment = split_segment(value)
     file, key = split_chunk_key(value)
     check_data_file(file)
     if not is_array_file(file):
-        return _read_audio(file, sample_rate)
-    array, stored_rate = read_array(file, key)
+        return _read_audio(file, sample_rate, segment)
+    array, stored_rate = read_array(file, key, segment)
     x = _to_float32_2d(array, value)
     if is_hdf5_file(file):
         if x.shape[0] == 0:
@@ -124,15 +131,20 @@ def _to_float32_2d(array, where: str) -> np.ndarray:
     return out
 
 
-def _read_audio(file: str, sample_rate: Optional[int]) -> np.ndarray:
-    flac = read_flac(file) if file.lower().endswith(".flac") else None
+def _read_audio(file: str, sample_rate: Optional[int], segment=None) -> np.ndarray:
+    flac = None
+    if segment is not None or is_url(file):  # See NOTE [ Segment values ] in speechiter/segments.py
+        flac = read_audio(file, segment)
+    elif file.lower().endswith(".flac"):
+        flac = read_flac(file)
     if flac is not None:
         x, sr = flac
     else:
         x, sr = _read_soundfile(file)
     if x.shape[0] == 0:
         raise DataError(f"{file}: audio has no frames")
-    check_decoded(file, x.shape[0])  # never a silently shorter or mis-rated utterance
+    if segment is None and not is_url(file):  # whole local files only: a segment reads part of one
+        check_decoded(file, x.shape[0])  # never a silently shorter or mis-rated utterance
     if sample_rate is not None and int(sr) != int(sample_rate):
         x = resample(x, sr, sample_rate)
     return x
@@ -156,6 +168,8 @@ def _read_soundfile(file: str) -> Tuple[np.ndarray, int]:
 def audio_info(path) -> Tuple[int, int]:
     """``(num_frames, sample_rate)`` of an audio file, from its header."""
     path = os.fspath(path)
+    if is_url(path):
+        return audio_header(path)
     check_data_file(path)
     try:
         info = soundfile.info(path)
@@ -172,9 +186,14 @@ def audio_num_frames(path) -> int:
 def data_num_frames(value: str) -> Tuple[int, Optional[int]]:
     """``(num_frames, sample_rate or None)`` of any data value, without
     decoding: audio headers, and array shapes (see
-    :func:`speechiter.arrays.array_num_frames`)."""
+    :func:`speechiter.arrays.array_num_frames`); for a ``#t=`` time range, the
+    number of samples it reads."""
+    value, segment = split_segment(value)
     file, key = split_chunk_key(value)
     check_data_file(file)
-    if is_array_file(file):
-        return array_num_frames(file, key)
-    return audio_info(file)
+    frames, rate = array_num_frames(file, key) if is_array_file(file) else audio_info(file)
+    if segment is None:
+        return frames, rate
+    if rate is None:
+        raise DataError(f"{redact(value)}: a #t= time range needs a sample rate, and this array stores none")
+    return segment_range(segment, frames, rate, redact(value))[1], rate

@@ -38,9 +38,10 @@ def available() -> bool:
     return _lib is not None and hasattr(_lib, "ma_dr_flac_open_file")
 
 
-def read_flac(file):
+def read_flac(file, select=None):
     """``(float32 array (T, C), sample_rate)`` of a FLAC file, or None when
-    dr_flac is not available."""
+    dr_flac is not available. ``select(frames, sample_rate) -> (first,
+    count)`` reads only those frames (a seek, then a decode of ``count``)."""
     if not available():
         return None
     handle = _lib.ma_dr_flac_open_file(os.fsencode(file), _ffi.NULL)
@@ -49,12 +50,21 @@ def read_flac(file):
     try:
         channels, rate = int(handle.channels), int(handle.sampleRate)
         total = int(handle.totalPCMFrameCount)
-        x = _decode(handle, total, channels) if total else _decode_streamed(handle, channels)
+        if not total:
+            x = _decode_streamed(handle, channels)
+            if select is not None:
+                first, count = select(x.shape[0], rate)
+                x = x[first:first + count]
+            return x, rate
+        first, count = (0, total) if select is None else select(total, rate)
+        if first and not _lib.ma_dr_flac_seek_to_pcm_frame(handle, first):
+            raise DataError(f"{file}: corrupt or truncated FLAC: cannot seek to frame {first}")
+        x = _decode(handle, count, channels)
     finally:
         _lib.ma_dr_flac_close(handle)
-    if total and x.shape[0] != total:
+    if x.shape[0] != count:
         raise DataError(f"{file}: corrupt or truncated FLAC: decoded {x.shape[0]} of "
-                        f"the {total} frames its header gives")
+                        f"the {count} frames its header gives" + (f" from frame {first}" if first else ""))
     return x, rate
 
 

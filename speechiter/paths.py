@@ -1,8 +1,11 @@
 """Path rules for idx2 data values.
 
 A data value is a file path, relative to the idx2 file's folder or absolute,
+or a URL (``s3://``, ``gs://``, ``http(s)://``; see :mod:`speechiter.storage`),
 optionally naming an entry of a chunk file: ``chunk_000.hdf5:<key>``,
-``feats.npz:<key>``.
+``feats.npz:<key>``, and optionally ending in a time range ``#t=<start>,<end>``
+(see NOTE [ Segment values ] in speechiter/segments.py). Values of a main_data
+file named ``segments`` are Kaldi segments (see NOTE [ Kaldi segments ]).
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import stat
 from typing import Optional, Tuple, Union
 
 from speechiter.errors import DataError
+from speechiter.segments import is_kaldi_segments, kaldi_segment_value
+from speechiter.storage import is_url
 
 __all__ = ["split_chunk_key", "resolve_data_path", "check_data_file", "check_regular_file"]
 
@@ -35,18 +40,28 @@ def resolve_data_path(value: PathLike, idx2_path: PathLike) -> str:
 
     Relative file paths are joined to ``dirname(idx2_path)``; for chunk
     entries (``file.hdf5:key``, ``file.npz:key``) only the file part is
-    resolved and the key is kept. Absolute paths are returned unchanged.
+    resolved and the key (and a ``#t=`` suffix) is kept. Absolute paths and
+    URLs are returned unchanged. In a file named ``segments`` a value is
+    ``<recording> <start> <end>``, looked up in the wav.scp beside it; relative
+    wav.scp paths resolve against the current folder, as in Kaldi.
     """
+    value, idx2_path = os.fspath(value), os.fspath(idx2_path)
+    if is_kaldi_segments(idx2_path):
+        return kaldi_segment_value(value, idx2_path)
+    if is_url(value):
+        return value
     file, key = split_chunk_key(value)
     if os.path.isabs(file):
-        return os.fspath(value)
-    file = os.path.normpath(os.path.join(os.path.dirname(os.fspath(idx2_path)), file))
+        return value
+    file = os.path.normpath(os.path.join(os.path.dirname(idx2_path), file))
     return file if key is None else f"{file}:{key}"
 
 
 def check_data_file(file: str) -> None:
-    """Raise DataError naming ``file`` unless it is an existing regular file."""
-    check_regular_file(file, "a data file")
+    """Raise DataError naming ``file`` unless it is an existing regular file
+    (URLs are checked when read)."""
+    if not is_url(file):
+        check_regular_file(file, "a data file")
 
 
 # Reading a FIFO blocks until a writer comes (forever, inline); /dev/zero never

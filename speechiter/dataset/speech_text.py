@@ -13,6 +13,7 @@ main_data names (at least one of ``feat`` and ``text``):
 - ``duration``: per-token durations (space-separated numbers), float32
   ``(B, L)`` zero-padded, with ``duration_len``.
 """
+import os
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -26,6 +27,8 @@ from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
 from speechiter.seeding import rng
+from speechiter.segments import is_kaldi_segments, read_wav_scp
+from speechiter.storage import redact
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")
 #: speed factors are used as fractions num/den with den <= this
@@ -96,6 +99,9 @@ class SpeechTextDataset(Dataset):
         if any(speed_fraction(f) == 0 for f in factors):
             raise ConfigError("perturb_range", f"speed factors below 1/{MAX_FACTOR_DENOMINATOR} are not "
                                                f"supported, got {perturb_range!r}")
+        for source in self.sources.get("feat", ()):  # refuse piped wav.scp entries now, not in a worker
+            if is_kaldi_segments(source):
+                read_wav_scp(os.path.join(os.path.dirname(source), "wav.scp"))
         self.sample_rate = sample_rate
         self.use_speed_perturb = bool(use_speed_perturb)
         self.perturb_range = [float(f) for f in factors]
@@ -143,7 +149,7 @@ class SpeechTextDataset(Dataset):
         try:
             return reader(*args)
         except DataError as e:
-            raise self.data_error(key, uid, e) from None
+            raise self.data_error(key, uid, redact(e)) from None
 
     def _read_feat(self, uid: str, value: str) -> np.ndarray:
         # Random draws per utterance, in this order: speed factor, dither noise (both rng()).

@@ -133,3 +133,103 @@ def localhost_only(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+
+
+# ------------------------------------------------------------ a counting proxy
+
+
+class Proxy:
+    """A forwarding HTTP proxy on 127.0.0.1 in front of ``target``: it counts
+    requests (``requests``: ``[(method, path, Range header)]``) and, per
+    ``mode``, forwards ("ok"), drops the connection without an answer
+    ("drop"), stalls until closed ("stall"), or answers 503 to the next
+    ``fail_next`` requests first."""
+
+    def __init__(self, target):
+        import http.server
+        import threading
+
+        self.target, self.mode, self.fail_next, self.requests = target, "ok", 0, []
+        self.released = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _any(self):
+                proxy.requests.append((self.command, self.path, self.headers.get("Range")))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.mode == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if proxy.mode == "stall":
+                    proxy.released.wait(30)
+                    self.close_connection = True
+                    return
+                if proxy.fail_next > 0:
+                    proxy.fail_next -= 1
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                import http.client
+
+                host, port = proxy.target.split("//", 1)[1].split(":")
+                conn = http.client.HTTPConnection(host, int(port), timeout=30)
+                conn.request(self.command, self.path, body=body or None, headers=dict(self.headers))
+                response = conn.getresponse()
+                data = response.read()
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+                        self.send_header(key, value)
+                length = response.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def gets(self):
+        return [r for r in self.requests if r[0] == "GET"]
+
+    def close(self):
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fresh_storage():
+    """speechiter.storage with no filesystem made yet (so a changed
+    environment applies), and none kept afterwards."""
+    from speechiter import segments, storage
+
+    storage._forget_inherited()
+    segments._wav_headers.clear()
+    yield storage
+    storage._forget_inherited()
+    segments._wav_headers.clear()
+
+
+@pytest.fixture
+def s3_proxy(s3_server, monkeypatch, fresh_storage):
+    """A :class:`Proxy` in front of the moto server, as AWS_ENDPOINT_URL."""
+    proxy = Proxy(s3_server)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
