@@ -8,9 +8,9 @@ its YAML path.
 import inspect
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional, Tuple
 
-from speechiter.config import iter_specs
+from speechiter.config import config_dir, iter_specs, iterator_label
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator
@@ -33,14 +33,14 @@ def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, 
     if unknown:
         raise TypeError(f"build_iterators() got unexpected settings {', '.join(unknown)}; "
                         f"accepted: {', '.join(RUN_SETTINGS)}")
-    config_dir = _config_dir(data_cfg)
+    folder = config_dir(data_cfg)
     result: Dict[str, Any] = {}
     try:
         for spec in iter_specs(data_cfg):
             if groups is not None and spec.group not in groups:
                 continue
             runtime = dict(settings, seed=seed, num_workers=num_workers)
-            iterator = build_one(spec, runtime, config_dir)
+            iterator = build_one(spec, runtime, folder)
             _place(result, spec, iterator)
     except BaseException:
         close_all(result)
@@ -48,10 +48,10 @@ def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, 
     return result
 
 
-def build_one(spec, runtime: Dict[str, Any], config_dir: Optional[Path]) -> Iterator:
-    extra_dirs = [str(config_dir)] if config_dir else []
+def build_one(spec, runtime: Dict[str, Any], folder: Optional[Path]) -> Iterator:
+    extra_dirs = [str(folder)] if folder else []
     cls = resolve_class("iterator", spec.type, f"{spec.path}.type", base=Iterator, extra_dirs=extra_dirs)
-    conf = _resolve_paths(dict(spec.conf), config_dir)
+    conf = _resolve_paths(dict(spec.conf), folder)
     conf_path = f"{spec.path}.conf"
     if "dataset_type" not in conf:
         raise ConfigError(f"{conf_path}.dataset_type", "missing; every iterator needs dataset_type: file.Class "
@@ -72,33 +72,49 @@ def build_one(spec, runtime: Dict[str, Any], config_dir: Optional[Path]) -> Iter
                    f"{conf_path}.dataset_conf")
     _check_files(conf, conf_path)
 
-    name = "/".join(p for p in (spec.group, spec.set_name, spec.name) if p)
     dataset_conf = dict(dataset_conf)
     dataset_conf.setdefault("seed", runtime.get("seed", 0))
     kwargs = {**runtime, **iter_options}
     try:
         return cls(dataset_type=_prefixed(dataset_cls, f"{conf_path}.dataset_conf"), dataset_conf=dataset_conf,
-                   name=name, **kwargs)
+                   name=spec.label, **kwargs)
     except ConfigError as e:
         if e.path.startswith("data_cfg"):
             raise
         raise ConfigError(f"{conf_path}.{e.path}", e.message) from None
 
 
-def close_all(iterators: Dict[str, Any]):
-    """Close every Iterator in a build_iterators() result."""
-    for value in iterators.values():
-        if isinstance(value, Iterator):
-            value.close()
-        elif isinstance(value, dict):
-            close_all(value)
-
+# --- Walking a build_iterators() result ------------------------------------
+# {group: Iterator | {name: Iterator}}, test: {set: Iterator | {name: Iterator}}
 
 def iterators_of(group_value) -> Dict[Optional[str], Iterator]:
     """``{name: Iterator}`` of one group (or test set); the name is None for a single iterator."""
     if isinstance(group_value, Iterator):
         return {None: group_value}
     return dict(group_value)
+
+
+def iterator_groups(iterators: Dict[str, Any]) -> Iterable[Tuple[str, Optional[str], Dict[Optional[str], Iterator]]]:
+    """``(group, test set or None, {name: Iterator})`` of every group and test set, in order."""
+    for group, value in iterators.items():
+        if group == "test":
+            for set_name, set_value in value.items():
+                yield group, set_name, iterators_of(set_value)
+        else:
+            yield group, None, iterators_of(value)
+
+
+def flat_iterators(iterators: Dict[str, Any]) -> Iterable[Tuple[str, Iterator]]:
+    """``(label, Iterator)`` of every iterator: ``train``, ``train/sup``, ``test/clean/asr`` ..."""
+    for group, set_name, named in iterator_groups(iterators):
+        for name, iterator in named.items():
+            yield iterator_label(group, set_name, name), iterator
+
+
+def close_all(iterators: Dict[str, Any]):
+    """Close every Iterator in a build_iterators() result."""
+    for _, iterator in flat_iterators(iterators):
+        iterator.close()
 
 
 def _place(result, spec, iterator):
@@ -138,20 +154,15 @@ def _without(func, *names):
     return stand_in
 
 
-def _config_dir(data_cfg) -> Optional[Path]:
-    source = getattr(data_cfg, "source", None)
-    return Path(source).parent if source else None
-
-
-def _resolve_paths(value, config_dir: Optional[Path]):
+def _resolve_paths(value, folder: Optional[Path]):
     """Relative paths resolve against the current folder, or else against the YAML file's folder."""
     if isinstance(value, dict):
-        return {k: _resolve_paths(v, config_dir) for k, v in value.items()}
+        return {k: _resolve_paths(v, folder) for k, v in value.items()}
     if isinstance(value, list):
-        return [_resolve_paths(v, config_dir) for v in value]
-    if isinstance(value, str) and config_dir is not None and not os.path.isabs(value) and ("/" in value or "." in value):
-        if not os.path.exists(value.split(":")[0]) and (config_dir / value.split(":")[0]).exists():
-            return str(config_dir / value)
+        return [_resolve_paths(v, folder) for v in value]
+    if isinstance(value, str) and folder is not None and not os.path.isabs(value) and ("/" in value or "." in value):
+        if not os.path.exists(value.split(":")[0]) and (folder / value.split(":")[0]).exists():
+            return str(folder / value)
     return value
 
 

@@ -1,7 +1,7 @@
 """Exception types and the exit codes the CLI maps them to.
 
 Configuration and input errors exit with code 2 and print one line; anything
-else exits with code 1. See DESIGN.md, "Contracts".
+else exits with code 1. See handbook.md, "Errors" and "The command line".
 """
 
 

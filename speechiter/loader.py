@@ -9,7 +9,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from speechiter.sequence.timing import BatchTiming
-from speechiter.state import KEY_EPOCH, KEY_STEP, KEY_VERSION, STATE_VERSION, check_state, identity
+from speechiter.state import LoaderState
 
 
 class Loader:
@@ -23,13 +23,17 @@ class Loader:
     def __init__(self, iterator, epoch: int = 1, start_step: int = 0, prefetch_next: bool = True,
                  stop_step: Optional[int] = None):
         self.iterator = iterator
-        self.epoch = epoch
-        self.tasks = iterator.epoch_tasks(epoch, start_step)
-        if stop_step is not None:
-            self.tasks = self.tasks[:max(0, stop_step - start_step)]
         self.prefetch_next = prefetch_next
-        self.start_step = start_step
         self.stop_step = stop_step
+        self._start_at(epoch, start_step)
+
+    def _start_at(self, epoch: int, start_step: int):
+        """Plan ``epoch`` from ``start_step`` on, with fresh timings."""
+        self.epoch = epoch
+        self.tasks = self.iterator.epoch_tasks(epoch, start_step)
+        if self.stop_step is not None:
+            self.tasks = self.tasks[:max(0, self.stop_step - start_step)]
+        self.start_step = start_step
         self.step = start_step  # steps of this epoch consumed so far
         self._timing = BatchTiming()
 
@@ -44,17 +48,17 @@ class Loader:
         return self._timing.wait_s
 
     def state_dict(self) -> Dict[str, Any]:
-        """Where this loader stands: resume with :meth:`load_state_dict`."""
-        return {KEY_VERSION: STATE_VERSION, KEY_EPOCH: self.epoch, KEY_STEP: self.step, **identity(self.iterator)}
+        """Where this loader stands: resume with :meth:`load_state_dict`. See speechiter.state."""
+        return LoaderState.of(self.iterator, self.epoch, self.step).to_dict()
 
-    def load_state_dict(self, state: Dict[str, Any]):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from a saved state: the next batch is the one after it.
 
-        Raises a ConfigError if the state belongs to another configuration.
+        Raises a ConfigError if the state is malformed or belongs to another configuration.
         """
-        check_state(state, identity(self.iterator))
-        self.__init__(self.iterator, state[KEY_EPOCH], state[KEY_STEP], prefetch_next=self.prefetch_next,
-                      stop_step=self.stop_step)
+        saved = LoaderState.from_dict(state)
+        saved.check_fits(self.iterator)
+        self._start_at(saved.epoch, saved.step)
 
     def __len__(self):
         return len(self.tasks)

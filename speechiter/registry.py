@@ -15,7 +15,6 @@ Appending (not prepending) keeps it from shadowing installed modules.
 """
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import pkgutil
@@ -23,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
+from speechiter.checks import did_you_mean
 from speechiter.errors import ConfigError
 
 DEFAULT_PACKAGES = {"iterator": "speechiter.iterator", "dataset": "speechiter.dataset"}
@@ -76,14 +76,9 @@ def _classes_in(module) -> dict:
             if inspect.isclass(obj) and not name.startswith("_")}
 
 
-def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(candidates), n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def _hint_then(word: str, candidates: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` or ``";"``, to be followed by a listing."""
-    return _did_you_mean(word, candidates) or ";"
+    return did_you_mean(word, candidates) or ";"
 
 
 def _qualified(cls) -> str:

@@ -13,13 +13,13 @@ import time
 import traceback
 from typing import Dict, Optional
 
-from speechiter.build import build_iterators, close_all, iterators_of
-from speechiter.config import load_config
+from speechiter.build import build_iterators, close_all, flat_iterators, iterators_of
+from speechiter.config import iterator_label, load_config
 from speechiter.dump import DumpWriter, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
+from speechiter.iterator.abs import Iterator
 from speechiter.report import RunReport
-from speechiter.state import (KEY_CONFIG, KEY_EPOCH, KEY_SEED, KEY_STEP, KEY_VERSION, STATE_VERSION, check_state,
-                              fingerprint, identity, read_json, write_json_atomic)
+from speechiter.state import LoaderState, RunState, fingerprint, read_json, write_json_atomic
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,53 +71,50 @@ class Run:
                                  "ngpu": args.ngpu, "distributed": args.distributed})
         self.dump = DumpWriter(args.dump_batches, rank, args.distributed) if args.dump_batches else None
         self.state_path = rank_path(args.save_state, rank) if args.save_state and args.distributed else args.save_state
-        self.config_fingerprint = fingerprint(dict(iterators_config(iterators)))
+        self.config_fingerprint = fingerprint({label: it.config_fingerprint for label, it in flat_iterators(iterators)})
+
+    def state(self, epoch: int, step: int) -> RunState:
+        """The train run's state when ``step`` steps of ``epoch`` are done."""
+        train = iterators_of(self.iterators["train"])
+        loaders = {str(name): LoaderState.of(it, epoch, step) for name, it in train.items()}
+        return RunState(epoch=epoch, step=step, seed=self.args.seed, config=self.config_fingerprint, iterators=loaders)
 
     def resume(self, path: str):
         """Set start_epoch / start_step from a --save_state file, after checking it fits this run."""
         path = rank_path(path, self.rank) if self.args.distributed else path
-        state = read_json(path, "--resume")
-        expected = {KEY_VERSION: STATE_VERSION, "mode": "train", KEY_SEED: self.args.seed,
-                    KEY_CONFIG: self.config_fingerprint}
-        differences = [f"{key}: saved {state.get(key)!r}, now {value!r}" for key, value in expected.items()
-                       if state.get(key) != value]
-        if differences:
-            raise ConfigError("--resume", f"{path} was saved by a different run ({'; '.join(differences)})")
+        saved = RunState.from_dict(read_json(path, "--resume"), "--resume")
+        saved.check_fits(self.state(saved.epoch, saved.step), "--resume", path)
         for name, it in iterators_of(self.iterators["train"]).items():
-            saved = state.get("iterators", {}).get(str(name))
-            check_state(saved, identity(it), f"--resume {path}: iterator {name or 'train'}")
-        self.args.start_epoch, self.args.start_step = state[KEY_EPOCH], state[KEY_STEP]
+            where = f"--resume {path}: iterator {name or 'train'}"
+            if str(name) not in saved.iterators:
+                raise ConfigError(where, "expected a state dict, got NoneType")
+            saved.iterators[str(name)].check_fits(it, where)
+        self.args.start_epoch, self.args.start_step = saved.epoch, saved.step
 
     def save_state(self, epoch: int, step: int):
-        if not self.state_path:
-            return
-        iterators = iterators_of(self.iterators["train"])
-        states = {}
-        for name, it in iterators.items():
-            states[str(name)] = dict(identity(it), **{KEY_VERSION: STATE_VERSION, KEY_EPOCH: epoch, KEY_STEP: step})
-        write_json_atomic(self.state_path, {KEY_VERSION: STATE_VERSION, "mode": "train", KEY_EPOCH: epoch,
-                                            KEY_STEP: step, KEY_SEED: self.args.seed,
-                                            KEY_CONFIG: self.config_fingerprint, "iterators": states})
+        if self.state_path:
+            write_json_atomic(self.state_path, self.state(epoch, step).to_dict())
 
     def train(self):
         args = self.args
         for epoch in range(args.start_epoch, args.epochs + 1):
             last = epoch == args.epochs
             start_step = args.start_step if epoch == args.start_epoch else 0
-            self.run_group("train", None, self.iterators["train"], epoch, start_step, prefetch_next=not last)
+            self.run_group("train", None, iterators_of(self.iterators["train"]), epoch, start_step,
+                           prefetch_next=not last)
             if "valid" in self.iterators:
-                self.run_group("valid", None, self.iterators["valid"], epoch, 0, prefetch_next=not last)
+                self.run_group("valid", None, iterators_of(self.iterators["valid"]), epoch, 0, prefetch_next=not last)
             self.save_state(epoch + 1, 0)
 
     def test(self):
         for set_name, value in self.iterators["test"].items():
-            self.run_group("test", set_name, value, 1, self.args.start_step, prefetch_next=False)
+            self.run_group("test", set_name, iterators_of(value), 1, self.args.start_step, prefetch_next=False)
 
-    def run_group(self, group: str, set_name: Optional[str], value, epoch: int, start_step: int,
-                  prefetch_next: bool):
-        iterators = iterators_of(value)
+    def run_group(self, group: str, set_name: Optional[str], iterators: Dict[Optional[str], Iterator], epoch: int,
+                  start_step: int, prefetch_next: bool):
+        """Step through ``iterators`` (one group or test set) together, ``start_step`` on."""
         steps = min(len(it) for it in iterators.values())
-        label = "/".join(p for p in (group, set_name) if p)
+        label = iterator_label(group, set_name)
         if len(iterators) > 1 and not self.args.quiet:
             sizes = ", ".join(f"{name}={len(it)}" for name, it in iterators.items())
             print(f"{label} epoch {epoch}: {steps} steps (the shortest of {sizes})", file=sys.stderr)
@@ -125,7 +122,7 @@ class Run:
             return
         loaders = {name: it.build_loader(epoch, start_step, prefetch_next=prefetch_next, stop_step=steps)
                    for name, it in iterators.items()}
-        stats = {name: self.report.stats("/".join(p for p in (label, name) if p), it)
+        stats = {name: self.report.stats(iterator_label(group, set_name, name), it)
                  for name, it in iterators.items()}
         streams = {name: iter(loader) for name, loader in loaders.items()}
         progress = _progress(steps - start_step, f"{label} epoch {epoch}", self.args.quiet)
@@ -154,29 +151,14 @@ class Run:
             self.dump.close()
 
 
-def iterators_config(iterators):
-    """(name, config fingerprint) of every iterator, for the run's fingerprint."""
-    return [(name, it.config_fingerprint) for name, it in flat_iterators(iterators)]
-
-
 def plot_plans(iterators, path: str, epoch: int):
     """--plot: one figure per iterator (``batches.png``, or ``batches.train-sup.png`` for several)."""
     from speechiter.plot import plot_iterator
-    named = [(name, it) for name, it in flat_iterators(iterators)]
+    named = list(flat_iterators(iterators))
     root, ext = os.path.splitext(path)
     for name, iterator in named:
         target = path if len(named) == 1 else f"{root}.{name.replace('/', '-')}{ext or '.png'}"
         print(f"{name}: {plot_iterator(iterator, target, epoch)}")
-
-
-def flat_iterators(iterators, prefix=""):
-    """(name, Iterator) of every iterator: ``train``, ``train/sup``, ``test/clean/asr``..."""
-    for key, value in iterators.items():
-        name = f"{prefix}/{key}" if prefix else str(key)
-        if isinstance(value, dict):
-            yield from flat_iterators(value, name)
-        else:
-            yield name, value
 
 
 def _progress(total: int, desc: str, quiet: bool):

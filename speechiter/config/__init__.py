@@ -1,0 +1,114 @@
+"""Loading a data_cfg: YAML, SpeeChain tags, --set overrides, structure checks.
+
+All YAML handling of speechiter lives in this package:
+  tags.py       the YAML reader (SpeechLoader): ``!ref``, ``!tuple``, ``!list``, ``!str``
+  refs.py       ``!ref`` resolution
+  overrides.py  ``--set dotted.key=value``
+  groups.py     groups / test sets / iterators (IteratorSpec) and their labels
+
+A recipe is either an exp_cfg file (the groups live under ``data_cfg:``, next to
+train_cfg, infer_cfg, ...) or a bare data_cfg file (the groups train / valid /
+test sit at top level next to "reference zone" variables). In both, the
+top-level keys other than the groups are the variables that ``!ref`` reads.
+
+Tags, as in SpeeChain:
+  ``!ref <data_root>/<set>/idx2wav``  string interpolation of top-level keys
+  ``!ref <batch_len>``                a whole-value reference keeps the type
+  ``!ref <sets[0]>``                  indexes into a list
+  ``!tuple (valid, accuracy, max, 10)``, ``!list [a, b]``, ``!str 0.5``
+
+Every problem is a one-line ConfigError whose path starts with ``data_cfg`` for
+anything inside the groups, or with the variable name for a variable.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from speechiter.config.groups import (ALLOWED_COMBINATIONS, GROUPS, IteratorSpec, check_groups, iter_specs,
+                                      iterator_label)
+from speechiter.config.overrides import apply_override, parse_override
+from speechiter.config.refs import Resolver
+from speechiter.config.tags import KNOWN_TAGS, Ref, SpeechLoader, one_line, parse_yaml
+from speechiter.errors import ConfigError
+
+__all__ = ["ALLOWED_COMBINATIONS", "GROUPS", "KNOWN_TAGS", "DataConfig", "IteratorSpec", "Ref", "SpeechLoader",
+           "check_groups", "config_dir", "iter_specs", "iterator_label", "load_config", "parse_override"]
+
+
+class DataConfig(dict):
+    """The data groups (``train`` / ``valid`` / ``test``) as a plain dict.
+
+    ``source``: absolute Path of the YAML file (relative data paths in the
+    recipe are meant relative to ``source.parent``; see ``config_dir``).
+    ``variables``: the resolved top-level keys other than the groups. A
+    variable whose ``!ref`` cannot be resolved (e.g. in train_cfg, which the
+    data layer ignores) keeps that ``!ref`` text as a string.
+    """
+
+    def __init__(self, groups=(), source: Path | None = None, variables: dict | None = None):
+        super().__init__(groups)
+        self.source = source
+        self.variables = variables if variables is not None else {}
+
+
+def config_dir(data_cfg: dict) -> Path | None:
+    """The folder of the YAML file a DataConfig came from (None for a plain dict)."""
+    source = getattr(data_cfg, "source", None)
+    return Path(source).parent if source is not None else None
+
+
+def _read_raw(path: Path) -> dict:
+    if not path.is_file():
+        what = "is a folder, not a YAML file" if path.is_dir() else "no such file"
+        raise ConfigError(str(path), what)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(str(path), f"cannot read: {one_line(error)}") from None
+    raw = parse_yaml(text, str(path))
+    if not isinstance(raw, dict):
+        got = "an empty file" if raw is None else f"a {type(raw).__name__}"
+        raise ConfigError(str(path), f"expected a mapping at top level, got {got}")
+    return raw
+
+
+def load_config(path, overrides: Iterable[str] = ()) -> DataConfig:
+    """Load a recipe (exp_cfg or bare data_cfg) and return its checked data groups.
+
+    ``overrides`` are ``dotted.key=value`` strings applied before ``!ref``
+    resolution, so overriding a variable reaches every ``!ref`` to it.
+    """
+    source = Path(path).expanduser().absolute()
+    raw = _read_raw(source)
+    groups_under_data_cfg = "data_cfg" in raw
+    if not groups_under_data_cfg and not any(key in raw for key in GROUPS):
+        raise ConfigError("data_cfg", f"{source} has no data groups: expected train / valid / "
+                          "test at top level or under a data_cfg key")
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    for text in overrides:
+        apply_override(raw, text, groups_under_data_cfg)
+
+    resolver = Resolver(raw, source.name)
+    if groups_under_data_cfg:
+        data_node = raw["data_cfg"]
+        if not isinstance(data_node, (dict, Ref)):
+            raise ConfigError("data_cfg", f"expected a mapping of groups, got "
+                              f"{type(data_node).__name__} {data_node!r}"[:200])
+        resolved = resolver.value(data_node, "data_cfg")
+        if not isinstance(resolved, dict):
+            raise ConfigError("data_cfg", f"expected a mapping of groups, got {type(resolved).__name__}")
+        variable_keys = [key for key in raw if key != "data_cfg"]
+    else:
+        group_keys = [key for key in raw if key in GROUPS]
+        variable_keys = [key for key in raw if key not in GROUPS]
+        check_groups(group_keys, strays=[str(k) for k in variable_keys])
+        resolved = {key: resolver.value(raw[key], f"data_cfg.{key}") for key in group_keys}
+
+    data_cfg = DataConfig(resolved, source=source)
+    iter_specs(data_cfg)
+    data_cfg.variables = {key: resolver.cache[key] if key in resolver.cache
+                          else resolver.value(raw[key], str(key), tolerant=True)
+                          for key in variable_keys}
+    return data_cfg
