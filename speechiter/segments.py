@@ -135,16 +135,22 @@ def _parse_wav_scp(path: str) -> Dict[str, str]:
         if len(parts) == 1:
             raise DataError(f"{where}: recording {parts[0]!r} has no path")
         rec, location = parts[0], parts[1].strip()
-        if location.endswith("|"):
-            raise DataError(f"{where}: recording {rec!r} is a piped command, which is never run; write that "
-                            f"audio to files and list their paths in wav.scp")
-        if _ARK_RE.search(location):
-            raise DataError(f"{where}: recording {rec!r} is an ark offset ({location}); write that audio to "
-                            f"files and list their paths in wav.scp")
+        check_wav_scp_entry(where, rec, location)
         if rec in table:
             raise DataError(f"{where}: duplicate recording id {rec!r}")
         table[rec] = location
     return table
+
+
+def check_wav_scp_entry(where: str, rec: str, location: str) -> None:
+    """Refuse the wav.scp entries speechiter never reads: piped commands
+    (never run) and ark offsets. ``where`` is ``file:line``."""
+    if location.endswith("|"):
+        raise DataError(f"{where}: recording {rec!r} is a piped command, which is never run; write that "
+                        f"audio to files and list their paths in wav.scp")
+    if _ARK_RE.search(location):
+        raise DataError(f"{where}: recording {rec!r} is an ark offset ({location}); write that audio to "
+                        f"files and list their paths in wav.scp")
 
 
 def kaldi_segment_value(value: str, segments_path: str) -> str:

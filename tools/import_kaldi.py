@@ -40,19 +40,20 @@ are dropped with a warning.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import warnings
 from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+from speechiter.errors import DataError  # noqa: E402
+from speechiter.segments import check_wav_scp_entry  # noqa: E402
 from _idx2_out import (  # noqa: E402
     AudioInfo, InputError, Parser, Utterance, half_up, parse_seconds, resolve, run_main, seconds_text,
     segment_samples, write_corpus,
 )
 
-_ARK_RE = re.compile(r"\.ark:[0-9]+$")
 
 
 def read_table(path: Path, fields=None):
@@ -95,12 +96,10 @@ def _recordings(data_dir: Path, root: Path):
         where = f"{wav_scp}:{lineno}"
         if not value:
             raise InputError(f"{where}: recording {rec_id!r} has no path")
-        if value.endswith("|"):
-            raise InputError(f"{where}: recording {rec_id!r} is a piped command, which is never run; "
-                             f"write that audio to files and list their paths in wav.scp")
-        if _ARK_RE.search(value):
-            raise InputError(f"{where}: recording {rec_id!r} is an ark offset ({value}); "
-                             f"write that audio to files and list their paths in wav.scp")
+        try:  # the rule speechiter itself reads wav.scp by: piped commands and ark offsets refused
+            check_wav_scp_entry(where, rec_id, value)
+        except DataError as error:
+            raise InputError(str(error)) from None
         recordings[rec_id] = (resolve(value, root, where), where)
     return recordings
 
