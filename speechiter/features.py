@@ -41,8 +41,8 @@ __all__ = ["LogMel", "load_feat_conf", "WINDOWS", "NORMALIZE", "CONFIG_DIR"]
 
 WINDOWS = ("povey", "hanning", "hamming", "rectangular", "blackman")
 NORMALIZE = ("utterance",)
-#: the repo's config/ folder, where the shipped presets live
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
+#: the shipped presets (package data, so they survive ``pip install .``); the repo's config/feat links here
+CONFIG_DIR = Path(__file__).resolve().parent / "presets"
 _EPS = float(np.finfo(np.float32).eps)  # Kaldi's log floor
 _NORM_EPS = 1e-5
 
@@ -208,17 +208,20 @@ class LogMel:
 def load_feat_conf(value: Union[dict, str, os.PathLike, None]) -> Optional[dict]:
     """A ``feat_conf`` value as a mapping: a mapping is returned as is; a
     string is a YAML file, looked up as given (the current folder), then
-    against the repo root and its config/ folder."""
+    among the shipped presets: ``config/feat/...`` or ``feat/...`` names the
+    packaged copy in speechiter/presets/feat/..., installed or not."""
     if value is None or isinstance(value, dict):
         return value
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError("feat_conf", f"expected a mapping or a YAML file path, got {value!r}")
     given = Path(value)
-    candidates = [given] if given.is_absolute() else [given, CONFIG_DIR.parent / given, CONFIG_DIR / given]
+    candidates = [given] if given.is_absolute() else [given, CONFIG_DIR / given]
+    if not given.is_absolute() and given.parts[:1] == ("config",):
+        candidates.append(CONFIG_DIR.joinpath(*given.parts[1:]))
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:
         raise ConfigError("feat_conf", f"no such YAML file: {value} (looked in the current folder and "
-                                       f"{CONFIG_DIR})")
+                                       f"the shipped presets, {CONFIG_DIR})")
     try:
         conf = yaml.load(path.read_text(encoding="utf-8"), Loader=SpeechLoader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:

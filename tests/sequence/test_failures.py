@@ -289,6 +289,6 @@ def test_spawn_needs_a_picklable_worker():
 @pytest.mark.timeout(60)
 def test_unpicklable_batch_is_a_worker_error():
     manager = MSequence(indexers.Unpicklable, num_workers=1, out_type='null', dset_size=0)
-    with pytest.raises(WorkerError, match=r"raised AttributeError: Can't pickle local object"):
+    with pytest.raises(WorkerError, match=r"raised AttributeError: Can't (pickle|get) local object"):
         with manager.start() as mng:
             list(mng.iterate(plan(3)))
