@@ -137,6 +137,25 @@ def test_block_budget_where_cut_rules_agree(tmp_path, F):
     assert_epochs(it, view, 0, True, None)
 
 
+def test_block_never_exceed_is_opt_in(tmp_path, F):
+    # speechiter's hard bound, asked for in the YAML: no batch's total passes batch_len
+    lengths = R.read_idx2(F + "/idx2wav_len", int)
+    it = build(write_cfg(tmp_path, "train", "block.BlockIterator", speech_md(F), data_len=F + "/idx2wav_len",
+                         batch_len=1000, batch_len_rule="never_exceed", shuffle=False), "train")
+    ordered = [uid for batch in R.iterator_view(speech_md(F), "block", data_len=F + "/idx2wav_len", batch_len=1000)
+               for uid in batch]
+    expected, total = [], 0
+    for uid in ordered:
+        if expected and total + lengths[uid] <= 1000:
+            expected[-1].append(uid)
+            total += lengths[uid]
+        else:
+            expected.append([uid])
+            total = lengths[uid]
+    assert [list(b) for b in it.batches] == expected
+    assert expected[:3] == [["z9"], ["B3"], ["c4"]]
+
+
 # ----------------------------------------------------------------------------- abs.Iterator / piece
 
 ID_ORDER = "idx2 files are read in id (str) order; dataset order is id order"
