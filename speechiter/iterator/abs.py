@@ -7,7 +7,8 @@ Each epoch, :meth:`Iterator.build_loader` clips the view to
 ``batches_per_epoch`` (the cursor rule), shuffles it (SpeeChain's cumulative
 or fresh shuffle, see NOTE [ Epoch shuffle ] in shuffle.py), cuts it at
 ``start_step`` and hands the plan to the engine.
-Subclasses override :meth:`batches_generate_fn` only. The view steps are in
+Subclasses override :meth:`batches_generate_fn` (and :meth:`budgets_longest`
+for a rule that is a hard bound). The view steps are in
 speechiter/iterator/view.py, lengths and the sort in lengths.py.
 """
 import weakref
@@ -21,8 +22,8 @@ from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import ConfigError, DataError
 from speechiter.iterator.distributed import resolve_rank
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
-from speechiter.iterator.tasks import EpochTasks
 from speechiter.iterator.shuffle import EpochShuffle
+from speechiter.iterator.tasks import EpochTasks
 from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches, distribute,
                                       is_vectorised, vectorised)
 from speechiter.plan import Column, SortedIds
