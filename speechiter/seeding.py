@@ -11,6 +11,7 @@ import struct
 import threading
 import zlib
 from contextlib import ExitStack, contextmanager
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -51,6 +52,24 @@ def permutation(seed: int, n: int) -> np.ndarray:
     """``np.random.RandomState(seed).permutation(n)``: the epoch shuffle."""
     with _random_state(seed) as state:
         return state.permutation(n)
+
+
+def cumulative_order(seed: int, epoch: int, n: int, since: Optional[Tuple[int, np.ndarray]] = None) -> np.ndarray:
+    """SpeeChain's in-place shuffle, epochs 1..``epoch`` composed.
+
+    SpeeChain shuffles its own list of n batches in place with
+    ``RandomState(seed + e).shuffle`` every epoch e, so
+    ``order_e = order_{e-1}[permutation(seed + e, n)]`` from
+    ``order_0 = arange(n)``; batch i of epoch e is the view's batch
+    ``order_e[i]``. ``since = (k, order_k)``, k <= epoch, continues from an
+    order computed before (the Iterator keeps the last ones).
+    """
+    start, order = since if since is not None else (0, np.arange(n))
+    with _random_state(0) as state:
+        for e in range(start + 1, epoch + 1):
+            state.seed(seed + e)
+            order = order[state.permutation(n)]
+    return order
 
 
 def stream_id(name: str) -> int:

@@ -61,6 +61,15 @@ def test_batches_change_every_epoch_but_their_number_does_not(big_corpus):
     assert bucket(big_corpus, seed=4).epoch_view(1) != views[0]
 
 
+def test_bucket_batches_get_the_fresh_shuffle(big_corpus):
+    # a new view every epoch: SpeeChain's shuffle of a new list, not the cumulative one (NOTE [ Epoch shuffle ])
+    iterator = bucket(big_corpus, seed=3)
+    for epoch in (1, 2, 3):
+        view = iterator.epoch_view(epoch)
+        order = np.random.RandomState(epoch + 3).permutation(len(view))
+        assert iterator.epoch_batches(epoch) == [view[i] for i in order]
+
+
 def test_quadratic_scale_shrinks_batches_within_the_budget(big_corpus):
     lengths = {u: int(v) for u, v in (l.split() for l in (big_corpus / "idx2wav_len").read_text().splitlines())}
     scale = 2e5

@@ -218,6 +218,7 @@ def test_block_batches_never_exceed_batch_len(tmp_path, make_corpus, conf):
     corpus = make_corpus(tmp_path / "corpus", num=40, min_sec=0.3, max_sec=1.5)
     batch_len = 300 if "feat_conf" in conf else 48000
     cfg = write_cfg(tmp_path / "cfg.yaml", corpus, conf, batch_len=batch_len)
+    cfg.write_text(cfg.read_text().replace("    batch_len:", "    batch_len_rule: never_exceed\n    batch_len:"))
     for epoch in (1, 2, 3):
         for batch in load_batches(cfg, epochs=(epoch,), num_workers=0, out_type="null"):
             assert len(batch["feat_len"]) == 1 or batch["feat_len"].sum() <= batch_len

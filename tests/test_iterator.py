@@ -6,9 +6,11 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
+from speechiter.iterator.bucket import BucketIterator
 from speechiter.iterator.piece import PieceIterator
 from speechiter.iterator.view import BatchView, clip_batches, make_divisible, rank_share
 from speechiter.loader import Loader
+from speechiter.seeding import cumulative_order
 
 
 @pytest.fixture
@@ -44,10 +46,22 @@ def test_sorting_descending_ascending_and_none_with_ties_in_id_order(lengths_cor
     assert flat(make(PieceIterator, root, batch_size=1, is_descending=None).batches) == ids
 
 
-def test_block_rule(lengths_corpus):
+@pytest.mark.parametrize("descending", [True, False])
+def test_block_reach_rule_is_the_default(lengths_corpus, descending):
     ids, lengths, root = lengths_corpus
-    iterator = make(BlockIterator, root, batch_len=2000)
-    batches = iterator.batches
+    batches = make(BlockIterator, root, batch_len=2000, is_descending=descending).batches
+    assert sorted(flat(batches)) == sorted(ids)
+    for i, batch in enumerate(batches):
+        total = sum(lengths[u] for u in batch)
+        assert total - lengths[batch[-1]] < 2000  # its last utterance reached the budget, not an earlier one
+        if i + 1 < len(batches):  # closed because the total reached batch_len: it may overshoot
+            assert total >= 2000
+    assert any(sum(lengths[u] for u in batch) > 2000 for batch in batches)
+
+
+def test_block_never_exceed_rule(lengths_corpus):
+    ids, lengths, root = lengths_corpus
+    batches = make(BlockIterator, root, batch_len=2000, batch_len_rule="never_exceed").batches
     assert sorted(flat(batches)) == sorted(ids)
     for i, batch in enumerate(batches):
         total = sum(lengths[u] for u in batch)
@@ -56,11 +70,21 @@ def test_block_rule(lengths_corpus):
             assert total + lengths[batches[i + 1][0]] > 2000
 
 
-def test_block_utterance_longer_than_budget_gets_its_own_batch(lengths_corpus):
+@pytest.mark.parametrize("rule", ["reach", "never_exceed"])
+def test_block_utterance_longer_than_budget_gets_its_own_batch(lengths_corpus, rule):
     _, lengths, root = lengths_corpus
-    batches = make(BlockIterator, root, batch_len=300).batches
+    batches = make(BlockIterator, root, batch_len=300, batch_len_rule=rule).batches  # longest first
     for batch in batches:
-        assert len(batch) == 1 or sum(lengths[u] for u in batch) <= 300
+        assert len(batch) == 1 or sum(lengths[u] for u in batch) <= (300 + 299 if rule == "reach" else 300)
+    assert [len(b) for b in batches if lengths[b[0]] > 300] == [1] * sum(n > 300 for n in lengths.values())
+
+
+def test_block_reach_truncates_a_fractional_budget_like_speechain(lengths_corpus):
+    _, lengths, root = lengths_corpus
+    total = sum(lengths[u] for u in make(BlockIterator, root, batch_len=2000).batches[0])  # reaches 2000
+    whole = make(BlockIterator, root, batch_len=total).batches
+    assert make(BlockIterator, root, batch_len=total + 0.9).batches == whole  # int(batch_len), as SpeeChain
+    assert make(BlockIterator, root, batch_len=total + 1).batches != whole
 
 
 def test_block_needs_lengths_and_a_positive_budget(lengths_corpus, tmp_path):
@@ -69,6 +93,8 @@ def test_block_needs_lengths_and_a_positive_budget(lengths_corpus, tmp_path):
         make(BlockIterator, root, batch_len=-3)
     with pytest.raises(ConfigError, match="batch_len: missing"):
         make(BlockIterator, root)
+    with pytest.raises(ConfigError, match="batch_len_rule: expected one of reach, never_exceed, got 'never'"):
+        make(BlockIterator, root, batch_len=1000, batch_len_rule="never")
     with pytest.raises(ConfigError, match="data_len"):
         BlockIterator(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(root / "idx2text")}},
                       batch_len=1000)
@@ -103,6 +129,88 @@ def test_shuffle_is_seeded_by_seed_and_epoch(lengths_corpus):
     order = np.random.RandomState(1 + 5).permutation(len(a.batches))
     assert a.epoch_batches(1) == [a.batches[i] for i in order]
     assert make(PieceIterator, root, batch_size=4, shuffle=False).epoch_batches(3) == a.batches
+
+
+def speechain_in_place(n, seed, epochs):
+    """What SpeeChain's build_loader does to its own list, epoch after epoch."""
+    batches, orders = list(range(n)), []
+    for epoch in range(1, epochs + 1):
+        np.random.RandomState(epoch + seed).shuffle(batches)
+        orders.append(list(batches))
+    return orders
+
+
+@pytest.mark.parametrize("n", [1, 7, 40])
+def test_cumulative_order_is_speechains_in_place_shuffle(n):
+    expected = speechain_in_place(n, 3, 6)
+    assert [cumulative_order(3, e, n).tolist() for e in range(1, 7)] == expected
+    assert cumulative_order(3, 6, n, since=(4, np.array(expected[3]))).tolist() == expected[5]
+    assert cumulative_order(3, 0, n).tolist() == list(range(n))
+
+
+def test_shuffle_is_cumulative_over_the_whole_view_and_fresh_for_a_clip(lengths_corpus):
+    _, _, root = lengths_corpus
+    whole = make(PieceIterator, root, batch_size=4, seed=2)
+    view = list(whole.batches)
+    orders = speechain_in_place(len(view), 2, 4)
+    assert [whole.epoch_batches(e) for e in range(1, 5)] == [[view[i] for i in order] for order in orders]
+    equal = make(PieceIterator, root, batch_size=4, seed=2, batches_per_epoch=len(view))
+    assert equal.epoch_batches(4) == whole.epoch_batches(4)
+    clipped = make(PieceIterator, root, batch_size=4, seed=2, batches_per_epoch=5)
+    for epoch in (1, 2, 3):
+        clip = clip_batches(clipped.batches, 5, epoch)
+        assert clipped.epoch_batches(epoch) == [clip[i] for i in np.random.RandomState(epoch + 2).permutation(5)]
+
+
+def test_cumulative_shuffle_continues_from_the_kept_order(lengths_corpus, monkeypatch):
+    import speechiter.iterator.shuffle as shuffle
+    _, _, root = lengths_corpus
+    iterator = make(PieceIterator, root, batch_size=4)
+    expected = make(PieceIterator, root, batch_size=4).epoch_batches(51)
+    calls = []
+
+    def counted(seed, epoch, n, since=None):
+        calls.append((epoch, since[0] if since else 0))
+        return cumulative_order(seed, epoch, n, since)
+
+    monkeypatch.setattr(shuffle, "cumulative_order", counted)
+    iterator.epoch_batches(50)
+    assert iterator.epoch_tasks(51, start_step=5) == iterator.epoch_tasks(51)[5:]
+    assert iterator.epoch_batches(51) == expected and iterator.epoch_batches(3)
+    assert calls == [(50, 0), (51, 50), (51, 51), (51, 51), (3, 0)]
+    iterator.batches = iterator.batches[:3]  # a new view forgets the kept orders
+    iterator.epoch_batches(51)
+    assert calls[-1] == (51, 0)
+
+
+def test_length_hooks_follow_the_rule(lengths_corpus):
+    ids, lengths, root = lengths_corpus
+    conf = dict(dataset_type=Perturbed, dataset_conf={"main_data": {"text": str(root / "idx2text")}},
+                data_len=str(root / "idx2len"), engine="inline")
+    assert BlockIterator(batch_len=1000, **conf).data_len["utt000"] == lengths["utt000"]
+    assert BlockIterator(batch_len=1000, batch_len_rule="never_exceed", **conf).data_len["utt000"] == \
+        2 * lengths["utt000"]
+    assert BucketIterator(batch_len=1000, **conf).data_len["utt000"] == 2 * lengths["utt000"]
+    assert PieceIterator(batch_size=2, **conf).data_len["utt000"] == lengths["utt000"]
+    conf["dataset_type"] = Doubled  # only batch_length_fn: every rule budgets it
+    assert BlockIterator(batch_len=1000, batch_len_rule="never_exceed", **conf).data_len["utt000"] == \
+        2 * lengths["utt000"]
+    assert BlockIterator(batch_len=1000, **conf).data_len["utt000"] == 2 * lengths["utt000"]
+
+
+class Perturbed(SpeechTextDataset):
+    """Usual length as given; at its longest, twice as long."""
+
+    def batch_length_fn(self, length):
+        return length
+
+    def max_batch_length_fn(self, length):
+        return 2 * length
+
+
+class Doubled(SpeechTextDataset):
+    def batch_length_fn(self, length):
+        return 2 * length
 
 
 def test_epoch_tasks_keep_position_and_seed_on_resume(lengths_corpus):

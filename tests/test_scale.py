@@ -96,18 +96,38 @@ def test_view_steps_equal_the_plain_list_rules(seed):
     assert as_view(lists, "hook") == view and as_view(view, "hook") is view
 
 
+def never_exceed_loop(lengths, budget):
+    bounds, total = [0], 0
+    for i, length in enumerate(lengths):
+        if i > bounds[-1] and total + length > budget:
+            bounds.append(i)
+            total = 0
+        total += length
+    return bounds + ([len(lengths)] if lengths else [])
+
+
+def reach_loop(lengths, budget):
+    """SpeeChain's loop; its int(batch_len) where the lengths are whole."""
+    if all(float(n).is_integer() for n in lengths):
+        budget = max(1, int(budget))
+    bounds, total = [0], 0
+    for i, length in enumerate(lengths):
+        total += length
+        if total >= budget:
+            bounds.append(i + 1)
+            total = 0
+    return bounds + ([len(lengths)] if bounds[-1] != len(lengths) else [])
+
+
 @pytest.mark.parametrize("seed", range(10))
-def test_block_bounds_equal_the_plain_loop(seed):
+@pytest.mark.parametrize("rule,loop", [("reach", reach_loop), ("never_exceed", never_exceed_loop)])
+def test_block_bounds_equal_the_plain_loop(seed, rule, loop):
     rng = np.random.default_rng(seed)
-    for lengths in (rng.integers(1, 500, 300).astype(float), rng.uniform(0.1, 500, 300)):
-        for budget in (1, 499.5, 1000, 2e4):
-            expected, total = [0], 0
-            for i, length in enumerate(lengths.tolist()):
-                if i > expected[-1] and total + length > budget:
-                    expected.append(i)
-                    total = 0
-                total += length
-            assert block_bounds(lengths, budget).tolist() == expected + [len(lengths)]
+    whole = rng.integers(1, 500, 300).astype(float)
+    whole[rng.integers(0, 300, 20)] = 0  # zero lengths: a reached batch closes before them
+    for lengths in (whole, rng.uniform(0.1, 500, 300), np.zeros(0)):
+        for budget in (0.5, 1, 499.5, 1000, 2e4):
+            assert block_bounds(lengths, budget, rule).tolist() == loop(lengths.tolist(), budget)
 
 
 def test_views_read_like_lists():

@@ -2,12 +2,13 @@
 
     python tools/bench_scale.py                      # 1M and 10M plans, worker USS, bucketing
     python tools/bench_scale.py --sizes 1000000      # plans for 1M only
-    python tools/bench_scale.py --skip workers,bucket
+    python tools/bench_scale.py --skip workers,bucket,resume
 
 1. Plan: the time and peak RSS (above the RSS after imports) of building a
    BlockIterator (idx2wav + idx2wav_len -> intersect -> sort -> block batches)
    from a ``make_corpus --lengths_only`` corpus, against a plain dict-and-sort
-   implementation of the same algorithm. Each one runs in a fresh process.
+   implementation of the same algorithm (SpeeChain's reach rule), for both
+   block rules. Each one runs in a fresh process.
 2. Workers: one epoch of a 1M-utterance index with 2 process workers (a tiny
    Dataset that touches every id and path but reads no audio); each worker's
    USS at the first batch and at the end of the epoch.
@@ -15,6 +16,10 @@
    bucket.BucketIterator's per-epoch plan against Lhotse's
    DynamicBucketingSampler (30 buckets; only if lhotse is installed), random
    batches and BlockIterator: plan seconds per epoch and padding efficiency.
+4. Resume: time from build_loader() to the first batch at epoch 1 step 0,
+   epoch 50 step 0 and epoch 50 step 10,000 (the cumulative shuffle composes
+   50 permutations), 1M utterances in 20,000 batches, each on a fresh
+   iterator (its workers started by the measured call).
 """
 import argparse
 import json
@@ -55,21 +60,22 @@ def baseline_plan(root: Path, batch_len: float) -> int:
     ids = sorted(sorted(ids), key=lambda uid: -lengths[uid])
     batches, current, total = [], [], 0
     for uid in ids:
-        if current and total + lengths[uid] > batch_len:
-            batches.append(current)
-            current, total = [], 0
         current.append(uid)
         total += lengths[uid]
+        if total >= batch_len:  # SpeeChain's rule: closes once the total reaches batch_len
+            batches.append(current)
+            current, total = [], 0
     if current:
         batches.append(current)
     return len(batches)
 
 
-def our_plan(root: Path, batch_len: float) -> int:
+def our_plan(root: Path, batch_len: float, rule: str = "reach") -> int:
     from speechiter.dataset.speech_text import SpeechTextDataset
     from speechiter.iterator.block import BlockIterator
     iterator = BlockIterator(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"feat": str(root / "idx2wav")}},
-                             data_len=str(root / "idx2wav_len"), batch_len=batch_len, engine="inline")
+                             data_len=str(root / "idx2wav_len"), batch_len=batch_len, batch_len_rule=rule,
+                             engine="inline")
     return len(iterator.batches)
 
 
@@ -80,7 +86,8 @@ def child(kind: str, root: str):
     import psutil
     before = psutil.Process().memory_info().rss
     started = time.perf_counter()
-    batches = (baseline_plan if kind == "baseline" else our_plan)(Path(root), BATCH_SECONDS * SAMPLE_RATE)
+    budget = BATCH_SECONDS * SAMPLE_RATE
+    batches = baseline_plan(Path(root), budget) if kind == "baseline" else our_plan(Path(root), budget, kind)
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"seconds": seconds, "mb": (peak - before) / 2 ** 20, "batches": batches}))
@@ -106,11 +113,14 @@ def bench_plans(workdir: Path, sizes):
           f"{'memory':>7} | batches")
     for num in sizes:
         root = corpus(workdir, num)
-        base, ours = run_child("baseline", root), run_child("ours", root)
+        base, ours = run_child("baseline", root), run_child("reach", root)
         same = "same" if base["batches"] == ours["batches"] else f"DIFFER {base['batches']} vs {ours['batches']}"
         print(f"{num:>11} | {base['seconds']:>10.2f} {base['mb']:>7.0f} | {ours['seconds']:>7.2f} {ours['mb']:>7.0f} "
               f"| {base['seconds'] / ours['seconds']:>7.1f}x {base['mb'] / max(ours['mb'], 1):>6.1f}x | "
               f"{ours['batches']} ({same})")
+        strict = run_child("never_exceed", root)
+        print(f"{'':>11} | {'never_exceed:':>18} | {strict['seconds']:>7.2f} {strict['mb']:>7.0f} | {'':>16} | "
+              f"{strict['batches']}")
 
 
 # ----------------------------------------------------------------- workers
@@ -149,6 +159,34 @@ def bench_workers(workdir: Path, num: int = 1_000_000, batch_size: int = 250):
         if pid in last:
             print(f"{pid:>10} | {first[pid] / 2 ** 20:>18.1f} | {last[pid] / 2 ** 20:>10.1f} | "
                   f"{(last[pid] - first[pid]) / 2 ** 20:.1f}")
+
+
+# ----------------------------------------------------------------- resume
+
+
+def bench_resume(workdir: Path, num: int = 1_000_000, batch_size: int = 50):
+    from speechiter.iterator.piece import PieceIterator
+    root = corpus(workdir, num)
+    print(f"\n== Resume: time from build_loader() to the first batch, {num} utterances in {num // batch_size} "
+          f"batches, a fresh iterator each")
+    print(f"{'engine':<22} | {'epoch 1 step 0':>14} | {'epoch 50 step 0':>15} | {'epoch 50 step 10000':>19} | ratio")
+    def first_batch(engine, workers, epoch, step):
+        iterator = PieceIterator(dataset_type=TouchDataset, dataset_conf={"main_data": {"feat": str(root / "idx2wav")}},
+                                 data_len=str(root / "idx2wav_len"), batch_size=batch_size, engine=engine,
+                                 num_workers=workers, out_type="null")
+        try:
+            started = time.perf_counter()
+            next(iter(iterator.build_loader(epoch, start_step=step, prefetch_next=False)))
+            return time.perf_counter() - started
+        finally:
+            iterator.close()
+
+    first_batch("msequence", 2, 1, 0)  # warm-up: the engine's imports
+    for engine, workers in (("msequence", 2), ("inline", 0)):
+        seconds = [min(first_batch(engine, workers, epoch, step) for _ in range(2))
+                   for epoch, step in ((1, 0), (50, 0), (50, 10_000))]
+        print(f"{engine + f' ({workers} workers)':<22} | {seconds[0]:>13.4f}s | {seconds[1]:>14.4f}s | "
+              f"{seconds[2]:>18.4f}s | {seconds[2] / seconds[0]:.2f}x")
 
 
 # --------------------------------------------------------------- bucketing
@@ -227,9 +265,9 @@ def bench_bucket(num: int = 100_000, epochs: int = 3):
           f"{len(batches)}")
     started = time.perf_counter()
     order = np.argsort(-samples, kind="stable")
-    bounds = block_bounds(samples[order], budget)
+    bounds = block_bounds(samples[order], budget, "never_exceed")
     spent = time.perf_counter() - started
-    print(f"{'block.BlockIterator (sorted, fixed)':<40} | {spent:>11.4f} | "
+    print(f"{'block.BlockIterator never_exceed (fixed)':<40} | {spent:>11.4f} | "
           f"{100 * padding(np.split(seconds[order], bounds[1:-1])):>11.2f}% | {len(bounds) - 1} (same every epoch)")
     if "lhotse" in results:
         print(f"plan speed: ours {results['lhotse'] / results['ours']:.0f}x Lhotse's")
@@ -242,7 +280,7 @@ def main(argv=None):
     parser.add_argument("--sizes", default="1000000,10000000", help="plan sizes, comma-separated")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "speechiter_bench_scale",
                         help="where the generated corpora are kept (reused)")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: plans, workers, bucket")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: plans, workers, bucket, resume")
     parser.add_argument("--child", nargs=2, metavar=("KIND", "ROOT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -256,6 +294,8 @@ def main(argv=None):
         bench_workers(args.workdir)
     if "bucket" not in skip:
         bench_bucket()
+    if "resume" not in skip:
+        bench_resume(args.workdir)
     return 0
 
 

@@ -4,9 +4,11 @@
             -> ngpu divisibility, this rank's share (distributed) = the batching view
 
 Each epoch, :meth:`Iterator.build_loader` clips the view to
-``batches_per_epoch`` (the cursor rule), shuffles it with a seed that depends
-on the epoch, cuts it at ``start_step`` and hands the plan to the engine.
-Subclasses override :meth:`batches_generate_fn` only. The view steps are in
+``batches_per_epoch`` (the cursor rule), shuffles it (SpeeChain's cumulative
+or fresh shuffle, see NOTE [ Epoch shuffle ] in shuffle.py), cuts it at
+``start_step`` and hands the plan to the engine.
+Subclasses override :meth:`batches_generate_fn` (and :meth:`budgets_longest`
+for a rule that is a hard bound). The view steps are in
 speechiter/iterator/view.py, lengths and the sort in lengths.py.
 """
 import weakref
@@ -20,9 +22,10 @@ from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import ConfigError, DataError
 from speechiter.iterator.distributed import resolve_rank
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
+from speechiter.iterator.shuffle import EpochShuffle
 from speechiter.iterator.tasks import EpochTasks
 from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches, distribute,
-                                      is_vectorised, shuffle_batches, vectorised)
+                                      is_vectorised, vectorised)
 from speechiter.plan import Column, SortedIds
 from speechiter.seeding import stream_id
 from speechiter.state import fingerprint, view_fingerprint
@@ -42,7 +45,8 @@ class Iterator:
         group_info: ``{name: idx2 file}`` metadata for group-wise evaluation.
         is_descending: sort by length, longest first (True), shortest first
             (False) or keep the dataset order (None). Ties keep the id order.
-        shuffle: shuffle the batches every epoch, seeded by seed + epoch.
+        shuffle: shuffle the batches every epoch, seeded by seed + epoch
+            (see NOTE [ Epoch shuffle ] in speechiter/iterator/shuffle.py).
         seed: the run's seed.
         ngpu: make every batch's size divisible by ngpu.
         num_workers: loading workers; 0 loads in the main process.
@@ -76,6 +80,7 @@ class Iterator:
         self.seed = int(seed)
         self.is_descending = is_descending
         self.shuffle = check_bool(shuffle, "shuffle")
+        self._shuffle = EpochShuffle(self.seed)
         self.pin_memory = pin_memory
         if is_descending not in (True, False, None):
             raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
@@ -87,7 +92,7 @@ class Iterator:
             dataset_type = resolve_class("dataset", dataset_type, "dataset_type", base=Dataset)
         self.dataset: Dataset = dataset_type(**(dataset_conf or {}))
 
-        lengths = load_lengths(self.dataset, data_len)
+        lengths = load_lengths(self.dataset, data_len, longest=self.budgets_longest(iter_conf))
         self.group_info: Optional[Dict[str, Column]]
         self.group_info, kept = load_group_info(self.dataset, group_info)
         if lengths is not None and kept is not None:
@@ -123,6 +128,7 @@ class Iterator:
 
     def _set_view(self, view: BatchView):
         self._view = view
+        self._shuffle.forget()
         self._batch_lists: Optional[List[List[str]]] = None
         self._view_fingerprint: Optional[str] = None
 
@@ -146,7 +152,15 @@ class Iterator:
     def batches(self, batches: Sequence[List[str]]):
         self._set_view(as_view(batches, f"{type(self).__name__}.batches"))
 
-    # --- the hook --------------------------------------------------------------
+    # --- the hooks -------------------------------------------------------------
+    def budgets_longest(self, iter_conf: dict) -> bool:
+        """Hook: whether batching budgets each utterance at the longest it can
+        be once built (the dataset's ``max_batch_length_fn``, e.g. the slowest
+        speed perturbation) rather than its usual length (``batch_length_fn``).
+        True for rules that promise a hard bound (block ``never_exceed``,
+        bucket); ``iter_conf`` holds the iterator's options."""
+        return False
+
     @vectorised
     def batches_generate_fn(self, data_index: Sequence[str], data_len: Optional[Mapping[str, float]],
                             batch_size: Optional[int] = None) -> Batches:
@@ -196,7 +210,11 @@ class Iterator:
 
     def _epoch_plan(self, epoch: int) -> BatchView:
         view = clip_batches(self._epoch_view(epoch), self.batches_per_epoch, epoch)
-        return shuffle_batches(view, epoch + self.seed) if self.shuffle else view
+        if not self.shuffle:
+            return view
+        # See NOTE [ Epoch shuffle ]: in place over the epochs when the whole, fixed view is used
+        cumulative = view is self._view and type(self).epoch_view is Iterator.epoch_view
+        return view.take(self._shuffle.order(epoch, len(view), cumulative))
 
     def epoch_batches(self, epoch: int) -> Sequence[List[str]]:
         """The epoch's full plan: the clipped, shuffled batching view."""

@@ -20,10 +20,15 @@ change from epoch to epoch while the batch sizes, and hence the number of
 batches, stay the same: ``len(iterator)`` is constant. Within a batch the
 utterances are sorted longest first (ties in shuffled order), and buckets
 come longest first (shortest first with ``is_descending: false``); the
-epoch's shuffle of batches (``shuffle``), the cursor rule
-(``batches_per_epoch``), ngpu and the rank shares then apply to each epoch's
-view as to any other (see Iterator.epoch_view). Every rank computes the same
-view, so all ranks run the same number of steps.
+cursor rule (``batches_per_epoch``), ngpu and the rank shares then apply to
+each epoch's view as to any other (see Iterator.epoch_view), and the epoch's
+shuffle of batches (``shuffle``) is the fresh one, as the view is new every
+epoch (see NOTE [ Epoch shuffle ] in shuffle.py). Every rank computes the
+same view, so all ranks run the same number of steps.
+
+The bucket rule is speechiter's own (SpeeChain has none): as its budget is a
+hard bound, lengths count at their longest once built (the dataset's
+``max_batch_length_fn``, e.g. the slowest speed perturbation).
 """
 from typing import Dict, Mapping, Optional, Sequence
 
@@ -50,6 +55,9 @@ class BucketIterator(Iterator):
             for models whose memory grows with the square of the length
             (attention); None (default) budgets the padded area only.
     """
+
+    def budgets_longest(self, iter_conf: dict) -> bool:
+        return True  # the budget is a hard bound, so every utterance counts at its longest
 
     @vectorised
     def batches_generate_fn(self, data_index: Sequence[str], data_len: Optional[Mapping[str, float]],

@@ -18,9 +18,10 @@ from speechiter.plan import Column, IdIndex, IdList, LengthMap, SortedIds, encod
 Files = Union[str, List[str]]
 
 
-def load_lengths(dataset: Dataset, data_len: Optional[Files]) -> Optional[LengthMap]:
-    """Lengths after the dataset's batch_length_fn, for every id it keeps:
-    from the ``data_len`` idx2 files, else those the dataset registers, else None."""
+def load_lengths(dataset: Dataset, data_len: Optional[Files], longest: bool = False) -> Optional[LengthMap]:
+    """Lengths after the dataset's batch_length_fn (``max_batch_length_fn``
+    with ``longest``), for every id it keeps: from the ``data_len`` idx2
+    files, else those the dataset registers, else None."""
     ids = dataset.id_array()
     if data_len is None:
         registered = dataset.data_len
@@ -46,17 +47,28 @@ def load_lengths(dataset: Dataset, data_len: Optional[Files]) -> Optional[Length
             dataset.keep_only(ids[~missing])
             ids, rows = dataset.id_array(), rows[~missing]
         values = file_values[rows]
-    return LengthMap(IdIndex(ids), batch_lengths(dataset, values))
+    return LengthMap(IdIndex(ids), batch_lengths(dataset, values, longest))
 
 
-def batch_lengths(dataset: Dataset, values: np.ndarray) -> np.ndarray:
-    """``dataset.batch_length_fn`` over ``values`` (float64).
+def length_hook(dataset: Dataset, longest: bool = False):
+    """The dataset's length hook: ``batch_length_fn``, the usual length once
+    built; with ``longest``, ``max_batch_length_fn`` (the longest it can be,
+    random augmentation included) where the dataset defines its own."""
+    if longest:
+        fn = getattr(dataset, "max_batch_length_fn", None)
+        if fn is not None and getattr(fn, "__func__", None) is not getattr(Dataset, "max_batch_length_fn", None):
+            return fn
+    return dataset.batch_length_fn
+
+
+def batch_lengths(dataset: Dataset, values: np.ndarray, longest: bool = False) -> np.ndarray:
+    """The dataset's length hook (see :func:`length_hook`) over ``values`` (float64).
 
     Tried once on the whole array; kept if it gives an array of the same
     shape that agrees with per-value calls on a sample. Otherwise it is called
     once per distinct value (ints for whole lengths, as the hook always got).
     """
-    fn = dataset.batch_length_fn
+    fn = length_hook(dataset, longest)
     if getattr(fn, "__func__", None) is Dataset.batch_length_fn or len(values) == 0:
         return values
 

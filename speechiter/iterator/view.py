@@ -1,7 +1,7 @@
 """The batching view: one type, :class:`BatchView`, and the steps that turn one view into another.
 
     hook's batches --as_view--> BatchView --distribute--> the iterator's view (ngpu, then the rank share)
-    each epoch: the epoch's view --clip_batches--> --shuffle_batches--> the epoch's plan
+    each epoch: the epoch's view --clip_batches--> --EpochShuffle (shuffle.py)--> the epoch's plan
 
 A built-in ``batches_generate_fn`` (marked :func:`vectorised`) gets SortedIds
 and returns a BatchView; a subclass's own hook gets and returns plain lists.
@@ -16,7 +16,6 @@ import numpy as np
 
 from speechiter.errors import ConfigError
 from speechiter.plan import IdList, SortedIds, decode_ids, encode_ids
-from speechiter.seeding import permutation
 
 
 class BatchView(Sequence):
@@ -139,11 +138,6 @@ def clip_batches(view: BatchView, batches_per_epoch: Optional[int], epoch: int) 
         return view
     cursor = (batches_per_epoch * (epoch - 1)) % total
     return view.take((cursor + np.arange(batches_per_epoch)) % total)
-
-
-def shuffle_batches(view: BatchView, seed: int) -> BatchView:
-    """The batches in the order of ``np.random.RandomState(seed).permutation``."""
-    return view.take(permutation(seed, len(view)))
 
 
 def make_divisible(view: BatchView, ngpu: int) -> BatchView:

@@ -101,10 +101,10 @@ for desc in (True, False, None):
 
 
 def _block_mark(desc, shuffle, bpe):
-    # measured on main 8719bcc: the >= cut differs for every is_descending here (batch sums such as 900+700)
+    # the >= cut (R1) and the cumulative shuffle (R2) hold; is_descending null batches in dataset order (R3)
     if desc is None:
-        return issue12("block cut closes at >= batch_len; dataset order is id order")
-    return issue12("block cut closes at >= batch_len (speechiter never exceeds it)")
+        return issue12("dataset order is id order (R3)")
+    return ()
 
 
 @pytest.mark.parametrize("desc,shuffle,bpe", [pytest.param(*c, marks=_block_mark(*c), id=f"desc{c[0]}-shuffle{c[1]}-bpe{c[2]}")
@@ -120,7 +120,6 @@ def test_block_epochs(tmp_path, F, desc, shuffle, bpe):
     assert_epochs(it, view, 0, shuffle, bpe_value)
 
 
-@issue12("block cut closes at >= batch_len; batch_len 1.8e3 is int()-truncated")
 def test_block_float_batch_len(tmp_path, F):
     view = R.iterator_view(speech_md(F), "block", data_len=F + "/idx2wav_len", batch_len=1.8e3)
     it = build(write_cfg(tmp_path, "train", "block.BlockIterator", speech_md(F), data_len=F + "/idx2wav_len",
@@ -138,6 +137,25 @@ def test_block_budget_where_cut_rules_agree(tmp_path, F):
     assert_epochs(it, view, 0, True, None)
 
 
+def test_block_never_exceed_is_opt_in(tmp_path, F):
+    # speechiter's hard bound, asked for in the YAML: no batch's total passes batch_len
+    lengths = R.read_idx2(F + "/idx2wav_len", int)
+    it = build(write_cfg(tmp_path, "train", "block.BlockIterator", speech_md(F), data_len=F + "/idx2wav_len",
+                         batch_len=1000, batch_len_rule="never_exceed", shuffle=False), "train")
+    ordered = [uid for batch in R.iterator_view(speech_md(F), "block", data_len=F + "/idx2wav_len", batch_len=1000)
+               for uid in batch]
+    expected, total = [], 0
+    for uid in ordered:
+        if expected and total + lengths[uid] <= 1000:
+            expected[-1].append(uid)
+            total += lengths[uid]
+        else:
+            expected.append([uid])
+            total = lengths[uid]
+    assert [list(b) for b in it.batches] == expected
+    assert expected[:3] == [["z9"], ["B3"], ["c4"]]
+
+
 # ----------------------------------------------------------------------------- abs.Iterator / piece
 
 ID_ORDER = "idx2 files are read in id (str) order; dataset order is id order"
@@ -153,11 +171,7 @@ def test_abs_epochs(tmp_path, F, desc, bpe):
         conf["batches_per_epoch"] = bpe_value
     it = build(write_cfg(tmp_path, "train", "abs.Iterator", speech_md(F), **conf), "train", seed=3)
     assert [list(b) for b in it.batches] == view
-    for epoch in range(1, 5):
-        expected = R.epoch_batches(view, epoch, 3, True, bpe_value)
-        if epoch > 1 and bpe_value in (None, len(view)):
-            pytest.xfail("issue 12: cumulative in-place shuffle (epoch e composes the shuffles of epochs 1..e)")
-        assert plan(it, epoch) == expected, f"epoch {epoch}"
+    assert_epochs(it, view, 3, True, bpe_value)
 
 
 @pytest.mark.parametrize("desc", [True, pytest.param(None, marks=issue12(ID_ORDER))])
@@ -169,7 +183,6 @@ def test_piece_matches_abs_with_batch_size(tmp_path, F, desc):
     assert [list(b) for b in it.batches] == view
 
 
-@issue12("cumulative in-place shuffle")
 def test_cumulative_shuffle_epochs_2_to_4(tmp_path, F):
     view = R.iterator_view(speech_md(F), "abs", data_len=F + "/idx2wav_len", batch_size=2)
     it = build(write_cfg(tmp_path, "train", "abs.Iterator", speech_md(F), data_len=F + "/idx2wav_len",
@@ -269,10 +282,7 @@ def test_ngpu_divisible_block_with_fix(tmp_path, F):
                            speechiter_fixes=True)
     it = build(write_cfg(tmp_path, "train", "block.BlockIterator", speech_md(F), data_len=F + "/idx2wav_len",
                          batch_len=1000, shuffle=False), "train", ngpu=3)
-    try:
-        assert [list(b) for b in it.batches] == view
-    except AssertionError:
-        pytest.xfail("issue 12: block cut closes at >= batch_len (feeds the ngpu rule)")
+    assert [list(b) for b in it.batches] == view
 
 
 def test_valid_batch_size_defaults_to_ngpu(tmp_path, F):
@@ -290,6 +300,18 @@ def test_rank_share_with_fix(tmp_path, F, rank):
     it = build(write_cfg(tmp_path, "train", "abs.Iterator", speech_md(F), data_len=F + "/idx2wav_len",
                          batch_size=4, shuffle=False), "train", ngpu=3, rank=rank, world_size=3)
     assert [list(b) for b in it.batches] == view
+
+
+def test_block_ranks_with_fix_share_the_cumulative_shuffle(tmp_path, F):
+    # fixes 2 and 3 on the block >= cut: one share per batch on every rank, every rank shuffled with the same seed
+    views = [R.iterator_view(speech_md(F), "block", data_len=F + "/idx2wav_len", batch_len=1000, ngpu=3, rank=r,
+                             world_size=3, speechiter_fixes=True) for r in range(3)]
+    assert len({len(v) for v in views}) == 1
+    for rank, view in enumerate(views):
+        it = build(write_cfg(tmp_path, "train", "block.BlockIterator", speech_md(F), data_len=F + "/idx2wav_len",
+                             batch_len=1000), "train", ngpu=3, rank=rank, world_size=3, seed=5)
+        assert [list(b) for b in it.batches] == view
+        assert_epochs(it, view, 5, True, None)
 
 
 # ----------------------------------------------------------------------------- R11-R12: paths and exp_cfg
