@@ -19,6 +19,7 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.view import BatchView, eval_share, merge_small
+from tests.test_loop import handbook_code, run_example
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -192,3 +193,13 @@ def test_cli_under_torchrun_names_its_rank_and_writes_a_report_per_rank(tmp_path
              for line in (tmp_path / f"dump.rank{r}.jsonl").read_text().splitlines()]
     valid = [u for rec in valid if rec["group"] == "valid" for u in rec["ids"]]
     assert len(valid) == len(set(valid)) == 6
+
+
+@pytest.mark.timeout(300)
+def test_handbook_distributed_evaluation_example(tmp_path, demo_root):
+    code = handbook_code("## Distributed evaluation")
+    result = run_example(code, tmp_path, sys.executable, "-m", "torch.distributed.run", "--standalone",
+                         "--nproc_per_node=3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    valid = len((demo_root / "valid" / "idx2wav").read_text().splitlines())
+    assert f"valid: {valid} utterances" in result.stdout

@@ -8,6 +8,7 @@ import speechiter
 from speechiter.errors import ConfigError
 from speechiter.group import GroupLoader, IteratorGroup, build_group_loader
 from speechiter.iterator.abs import Iterator
+from tests.test_loop import handbook_code, run_example
 from tests.test_run import read_dump, run_cli
 
 
@@ -197,3 +198,11 @@ def test_cli_longest_loads_every_utterance_and_resumes(semi):
     shortest = write_semi(tmp_path, corpus)
     resumed = run_cli("--data_cfg", shortest, "--epochs", 2, "--num_workers", 0, "--quiet", "--resume", state)
     assert resumed.returncode == 2 and "saved by a different run" in resumed.stderr
+
+
+@pytest.mark.timeout(300)
+def test_handbook_semi_supervised_example(tmp_path, demo_root):
+    result = run_example(handbook_code("## Groups: semi-supervised steps"), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # the demo's halves make 6 and 5 block batches: longest runs 6 steps, 2 were done before the resume
+    assert result.stdout.strip() == "4 steps left; shortest would skip {'sup': (1, 2)}", result.stdout

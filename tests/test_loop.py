@@ -1,7 +1,12 @@
 """Batches carry their utterance ids: batch.ids, batch.meta and batch.is_padding as attributes, never keys."""
 import json
+import os
 import pickle
+import re
+import subprocess
+import sys
 import timeit
+from pathlib import Path
 
 import pytest
 
@@ -9,7 +14,7 @@ from speechiter.batch import Batch, attach
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.piece import PieceIterator
-from tests.test_run import read_dump, run_cli, write_cfg
+from tests.test_run import REPO, read_dump, run_cli, write_cfg
 
 
 class TupleDataset(SpeechTextDataset):
@@ -115,3 +120,32 @@ def test_dump_ids_come_from_batch_ids(tmp_path, corpus):
             for it in ([value] if isinstance(value, Iterator) else value.values()):
                 it.close()
     assert json.loads(json.dumps(clean[0]))["step"] == 1
+
+
+# --- the handbook's examples, run as written ------------------------------------------------------
+HANDBOOK = REPO / "handbook.md"
+DRAFT = Path("/work/parity/handbook_loop.md")  # the draft, until the sections are pasted into handbook.md
+
+
+def handbook_code(heading: str) -> str:
+    """The first python block of the handbook section ``heading``."""
+    for source in (HANDBOOK, DRAFT):
+        if source.is_file() and f"\n{heading}\n" in source.read_text():
+            section = source.read_text().split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+            return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    pytest.skip(f"handbook.md has no section {heading!r} yet")
+
+
+def run_example(code: str, tmp_path, *launcher, timeout=240):
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.run([*(launcher or (sys.executable,)), str(script)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(300)
+def test_handbook_training_loop_example(tmp_path, demo_root):
+    result = run_example(handbook_code("## Batches in a training loop: ids, meta, padding"), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "['spk001', 'spk002', 'spk003']"
