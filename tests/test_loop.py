@@ -37,7 +37,9 @@ def speakers(corpus):
 
 ENGINES = [dict(engine="inline"), dict(num_workers=0), dict(num_workers=2), dict(num_workers=2, thread_type="thread"),
            dict(engine="torch", num_workers=2), dict(num_workers=1, out_type="null"),
-           dict(engine="torch", num_workers=0, out_type="null")]
+           dict(engine="torch", num_workers=0, out_type="null"),
+           pytest.param(dict(num_workers=1, out_type="cuda"), marks=pytest.mark.skipif(
+               not __import__("torch").cuda.is_available(), reason="needs a CUDA device"))]
 
 
 @pytest.mark.timeout(120)
