@@ -9,7 +9,7 @@ from speechiter.seeding import rng
 
 __version__ = "0.1.0"
 
-__all__ = ["load_config", "build_iterators", "rng", "__version__"]
+__all__ = ["load_config", "build_iterators", "Batch", "GroupLoader", "build_group_loader", "rng", "__version__"]
 
 
 def __getattr__(name):
@@ -20,4 +20,10 @@ def __getattr__(name):
     if name == "build_iterators":
         from speechiter.build import build_iterators
         return build_iterators
+    if name == "Batch":
+        from speechiter.batch import Batch
+        return Batch
+    if name in ("GroupLoader", "build_group_loader"):
+        from speechiter import group
+        return getattr(group, name)
     raise AttributeError(f"module 'speechiter' has no attribute {name!r}")

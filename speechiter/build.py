@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from speechiter.config import config_dir, iter_specs, iterator_label
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError
+from speechiter.group import IteratorGroup
 from speechiter.iterator.abs import Iterator
 from speechiter.registry import check_keywords, resolve_class
 
@@ -25,7 +26,9 @@ def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, 
     """Build every iterator of ``data_cfg`` (from :func:`speechiter.load_config`).
 
     Returns ``{"train": Iterator | {name: Iterator}, "valid": ..., "test": {set: Iterator | {name: Iterator}}}``
-    for the groups present (or those named in ``groups``). ``settings`` are
+    for the groups present (or those named in ``groups``); named iterators come as an
+    :class:`speechiter.group.IteratorGroup` (a dict with the group's ``steps`` policy). valid and test
+    iterators are built with ``evaluation=True`` (see Iterator). ``settings`` are
     further Iterator arguments for every iterator: ngpu, engine, thread_type, start_method,
     out_type, buffer, distributed, rank, world_size, pin_memory.
     """
@@ -39,7 +42,7 @@ def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, 
         for spec in iter_specs(data_cfg):
             if groups is not None and spec.group not in groups:
                 continue
-            runtime = dict(settings, seed=seed, num_workers=num_workers)
+            runtime = dict(settings, seed=seed, num_workers=num_workers, evaluation=spec.group != "train")
             iterator = build_one(spec, runtime, folder)
             _place(result, spec, iterator)
     except BaseException:
@@ -126,7 +129,7 @@ def _place(result, spec, iterator):
     if spec.name is None:
         target[key] = iterator
     else:
-        target.setdefault(key, {})[spec.name] = iterator
+        target.setdefault(key, IteratorGroup(steps=spec.steps))[spec.name] = iterator
 
 
 def _prefixed(dataset_cls, path: str):

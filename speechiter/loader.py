@@ -3,11 +3,13 @@
 An Iterator owns one engine for its whole life (workers persist across
 epochs; see speechiter/engine.py); each :class:`Loader` sends it the epoch's
 tasks, and the first tasks of the epochs after as lookahead, and yields
-batches in plan order.
+batches in plan order, each a :class:`speechiter.batch.Batch` carrying its
+ids (see NOTE [ Batch attributes ] in speechiter/batch.py).
 """
 import time
 from typing import Any, Dict, List, Optional
 
+from speechiter.batch import attach
 from speechiter.sequence.timing import BatchTiming
 from speechiter.state import LoaderState
 
@@ -67,6 +69,15 @@ class Loader:
     def plan(self) -> List[List[str]]:
         return [task.ids for task in self.tasks]
 
+    def _attributes(self, offset: int):
+        """The ids and padding rows of the ``offset``-th task of this loader."""
+        tasks = self.tasks
+        plan = getattr(tasks, "batches", None)
+        if plan is None:  # an epoch_tasks override that returns plain tasks
+            return tasks[offset].ids, None
+        position = tasks.start + offset
+        return plan[position], plan.padding_of(position)
+
     def _following_tasks(self, count: int) -> List:
         """The first ``count`` tasks after this epoch: the next epoch's, then,
         if it is shorter, the one after's, and so on."""
@@ -85,8 +96,10 @@ class Loader:
         started = time.perf_counter()  # the time to the first batch includes starting the workers
         batches = self._timing.timed(engine.iterate(self.tasks, lookahead), started)
         try:
-            for batch in batches:
+            group_info = self.iterator.group_info
+            for offset, batch in enumerate(batches):
                 self.step += 1
-                yield batch
+                ids, padding = self._attributes(offset)
+                yield attach(batch, ids, group_info, padding)
         finally:
             batches.close()

@@ -1,6 +1,6 @@
 """Per-iterator statistics, the summary table and the --report JSON."""
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from speechiter.dump import to_numpy
 
@@ -63,14 +63,34 @@ class RunReport:
         self.settings = settings
         self.iterators: Dict[str, IteratorStats] = {}
         self.first_batch_s: Optional[float] = None
+        self.rank, self.world_size = 0, 1  # the process whose figures these are
+        self.skipped: Dict[str, Dict[str, int]] = {}  # label -> batches and utterances a group's steps left out
 
     def stats(self, name: str, iterator) -> IteratorStats:
         if name not in self.iterators:
             self.iterators[name] = IteratorStats(name, iterator)
         return self.iterators[name]
 
+    def add_skipped(self, label: str, batches: int, utterances: int):
+        """Count what ``steps: shortest`` left out of iterator ``label`` in one epoch."""
+        counts = self.skipped.setdefault(label, {"batches": 0, "utterances": 0})
+        counts["batches"] += batches
+        counts["utterances"] += utterances
+
+    def notes(self) -> List[str]:
+        """Lines printed under the table: which rank it shows, what a group's steps skipped."""
+        lines = []
+        if self.world_size > 1:
+            lines.append(f"rank {self.rank} of {self.world_size} shown (each rank loads its own share; "
+                         f"--report writes one file per rank)")
+        for label, counts in self.skipped.items():
+            lines.append(f"{label}: skipped {counts['batches']} batches ({counts['utterances']} utterances) "
+                         f"beyond the shortest iterator of its group (steps: longest keeps them)")
+        return lines
+
     def as_dict(self, wall_s: float) -> Dict[str, Any]:
         return {"engine": self.settings, "wall_time_s": wall_s, "time_to_first_batch_s": self.first_batch_s,
+                "rank": self.rank, "world_size": self.world_size, "skipped": self.skipped,
                 "iterators": {name: s.as_dict(wall_s) for name, s in self.iterators.items()}}
 
     def write(self, path: str, wall_s: float):

@@ -1,8 +1,9 @@
 """The command line: ``python -m speechiter.run --data_cfg recipe.yaml``.
 
 Train mode runs epochs ``--start_epoch`` .. ``--epochs`` over the train
-iterators (a dict of batches per step when there are several; each epoch has
-as many steps as the shortest one), then the valid iterators. Test mode runs
+iterators (a dict of batches per step when there are several; the group's
+``steps`` policy sets the epoch's length, see speechiter.group), then the
+valid iterators. Test mode runs
 every test set. Exit codes: 0 success, 2 configuration or input error (one
 line on stderr), 1 any other failure, 130 Ctrl-C.
 """
@@ -17,6 +18,7 @@ from speechiter.build import build_iterators, close_all, flat_iterators, iterato
 from speechiter.config import iterator_label, load_config
 from speechiter.dump import DumpWriter, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
+from speechiter.group import GroupLoader, policy_of
 from speechiter.iterator.abs import Iterator
 from speechiter.report import RunReport
 from speechiter.state import LoaderState, RunState, fingerprint, read_json, write_json_atomic
@@ -62,16 +64,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 class Run:
     """One run of the CLI over built iterators."""
 
-    def __init__(self, args, iterators: Dict, rank: int = 0):
+    def __init__(self, args, iterators: Dict, rank: int = 0, world_size: int = 1):
         self.args = args
         self.iterators = iterators
         self.rank = rank
         self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers,
                                  "thread_type": args.thread_type, "out_type": args.out_type, "seed": args.seed,
                                  "ngpu": args.ngpu, "distributed": args.distributed})
+        self.report.rank, self.report.world_size = rank, world_size
         self.dump = DumpWriter(args.dump_batches, rank, args.distributed) if args.dump_batches else None
         self.state_path = rank_path(args.save_state, rank) if args.save_state and args.distributed else args.save_state
-        self.config_fingerprint = fingerprint({label: it.config_fingerprint for label, it in flat_iterators(iterators)})
+        configs = {label: it.config_fingerprint for label, it in flat_iterators(iterators)}
+        if "train" in iterators and policy_of(iterators["train"]) != "shortest":
+            configs["train.steps"] = policy_of(iterators["train"])  # shortest keeps the saved fingerprints
+        self.config_fingerprint = fingerprint(configs)
 
     def state(self, epoch: int, step: int) -> RunState:
         """The train run's state when ``step`` steps of ``epoch`` are done."""
@@ -100,55 +106,69 @@ class Run:
         for epoch in range(args.start_epoch, args.epochs + 1):
             last = epoch == args.epochs
             start_step = args.start_step if epoch == args.start_epoch else 0
-            self.run_group("train", None, iterators_of(self.iterators["train"]), epoch, start_step,
-                           prefetch_next=not last)
+            self.run_group("train", None, self.iterators["train"], epoch, start_step, prefetch_next=not last)
             if "valid" in self.iterators:
-                self.run_group("valid", None, iterators_of(self.iterators["valid"]), epoch, 0, prefetch_next=not last)
+                self.run_group("valid", None, self.iterators["valid"], epoch, 0, prefetch_next=not last)
             self.save_state(epoch + 1, 0)
 
     def test(self):
         for set_name, value in self.iterators["test"].items():
-            self.run_group("test", set_name, iterators_of(value), 1, self.args.start_step, prefetch_next=False)
+            self.run_group("test", set_name, value, 1, self.args.start_step, prefetch_next=False)
 
-    def run_group(self, group: str, set_name: Optional[str], iterators: Dict[Optional[str], Iterator], epoch: int,
-                  start_step: int, prefetch_next: bool):
-        """Step through ``iterators`` (one group or test set) together, ``start_step`` on."""
-        steps = min(len(it) for it in iterators.values())
+    def run_group(self, group: str, set_name: Optional[str], value, epoch: int, start_step: int,
+                  prefetch_next: bool):
+        """Step through the iterators of one group or test set together, ``start_step`` on."""
+        iterators: Dict[Optional[str], Iterator] = iterators_of(value)
         label = iterator_label(group, set_name)
-        if len(iterators) > 1 and not self.args.quiet:
-            sizes = ", ".join(f"{name}={len(it)}" for name, it in iterators.items())
-            print(f"{label} epoch {epoch}: {steps} steps (the shortest of {sizes})", file=sys.stderr)
-        if start_step >= steps:
-            return
-        loaders = {name: it.build_loader(epoch, start_step, prefetch_next=prefetch_next, stop_step=steps)
-                   for name, it in iterators.items()}
+        loader = GroupLoader(iterators, epoch, min(start_step, _steps(value)), steps=policy_of(value),
+                             prefetch_next=prefetch_next)
         stats = {name: self.report.stats(iterator_label(group, set_name, name), it)
                  for name, it in iterators.items()}
-        streams = {name: iter(loader) for name, loader in loaders.items()}
-        progress = _progress(steps - start_step, f"{label} epoch {epoch}", self.args.quiet)
+        if len(iterators) > 1 and not self.args.quiet:
+            sizes = ", ".join(f"{name}={len(it)}" for name, it in iterators.items())
+            print(f"{label} epoch {epoch}: {loader.steps} steps (steps: {loader.policy}; {sizes})", file=sys.stderr)
+        if not len(loader):
+            return
+        for name, (batches, utterances) in loader.skipped().items():
+            self.report.add_skipped(iterator_label(group, set_name, name), batches, utterances)
+        progress = _progress(len(loader), f"{label} epoch {epoch}", self.args.quiet)
         try:
-            for offset in range(steps - start_step):
-                for name, stream in streams.items():
-                    batch = next(stream)
-                    task = loaders[name].tasks[offset]
-                    stats[name].add(task.ids, batch)
+            for step_batches in loader:
+                for name, batch in step_batches.items():
+                    ids = _ids(batch, loader, name)
+                    stats[name].add(ids, batch)
                     if self.dump is not None:
-                        self.dump.write(group, set_name, name, epoch, task.position + 1, task.ids, batch)
+                        self.dump.write(group, set_name, name, epoch, loader.step, ids, batch)
                 progress.update(1)
                 if group == "train":
-                    self.save_state(epoch, start_step + offset + 1)
+                    self.save_state(epoch, loader.step)
         finally:
             progress.close()
-            for stream in streams.values():
-                stream.close()
-        for name, loader in loaders.items():
-            stats[name].add_loader(loader)
-            if self.report.first_batch_s is None:
-                self.report.first_batch_s = loader.first_batch_s
+        for name, loaders in loader.loaders.items():
+            for one in loaders:
+                stats[name].add_loader(one)
+                if self.report.first_batch_s is None:
+                    self.report.first_batch_s = one.first_batch_s
 
     def close(self):
         if self.dump is not None:
             self.dump.close()
+
+
+def _steps(value) -> int:
+    """Steps per epoch of a group value under its policy."""
+    sizes = [len(it) for it in iterators_of(value).values()]
+    return min(sizes) if policy_of(value) == "shortest" else max(sizes)
+
+
+def _ids(batch, loader: GroupLoader, name) -> list:
+    """A batch's ids: ``batch.ids`` (see NOTE [ Batch attributes ]), or, for a collate that returns no dict,
+    the plan's."""
+    ids = getattr(batch, "ids", None)
+    if ids is not None:
+        return ids
+    current = loader.loaders[name][-1]
+    return current.plan[current.step - current.start_step - 1]
 
 
 def plot_plans(iterators, path: str, epoch: int):
@@ -178,7 +198,7 @@ def run(args) -> int:
                                 engine=args.engine, thread_type=args.thread_type, out_type=args.out_type,
                                 start_method=args.start_method,
                                 ngpu=args.ngpu, rank=rank, world_size=world_size)
-    run_ = Run(args, iterators, rank)
+    run_ = Run(args, iterators, rank, world_size)
     try:
         if args.plot and rank == 0:
             plot_plans(iterators, args.plot, args.start_epoch)
@@ -192,9 +212,11 @@ def run(args) -> int:
         close_all(iterators)
     wall = time.perf_counter() - started
     if args.report:
-        run_.report.write(args.report, wall)
+        run_.report.write(rank_path(args.report, rank) if args.distributed else args.report, wall)
     if rank == 0:
         print(run_.report.table(wall))
+        for line in run_.report.notes():
+            print(line)
     return 0
 
 

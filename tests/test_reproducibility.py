@@ -250,6 +250,11 @@ def test_torchrun_ranks_have_equal_steps_and_share_the_plan(tmp_path, fresh_corp
         for group in ("train", "valid"):
             steps = [[r for r in records if (r["epoch"], r["group"]) == (epoch, group)] for records in per_rank]
             assert len({len(s) for s in steps}) == 1  # equal steps on every rank
+            if group == "valid":  # evaluation: each utterance on one rank only (padding rows aside)
+                plan = [u for r in reference if (r["epoch"], r["group"]) == (epoch, group) for u in r["ids"]]
+                shares = [u for s in steps for record in s for u in record["ids"]]
+                assert set(shares) == set(plan) and len(shares) < len(plan) + ranks
+                continue
             plan = [r for r in reference if (r["epoch"], r["group"]) == (epoch, group)]
             assert len(steps[0]) == len(plan)
             for i, batch in enumerate(plan):

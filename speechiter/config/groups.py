@@ -1,7 +1,9 @@
 """The structure of a data_cfg: groups, test sets, iterators, and their labels.
 
 ``train`` / ``valid`` hold one iterator ``{type, conf}`` or ``{name: iterator}``;
-``test`` holds ``{set_name: iterator | {name: iterator}}``. An iterator is
+``test`` holds ``{set_name: iterator | {name: iterator}}``. Beside named
+iterators, ``steps: shortest | longest`` sets how many steps the group runs
+(see speechiter.group). An iterator is
 labelled ``train``, ``train/sup``, ``test/<set>`` or ``test/<set>/<name>``
 everywhere (Iterator names, reports, state files); see :func:`iterator_label`.
 """
@@ -11,11 +13,12 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
-from speechiter.checks import did_you_mean
+from speechiter.checks import check_choice, did_you_mean
 from speechiter.errors import ConfigError
 
 GROUPS = ("train", "valid", "test")
 ALLOWED_COMBINATIONS = (("train", "valid"), ("train", "valid", "test"), ("test",))
+STEPS_POLICIES = ("shortest", "longest")  # a group key beside named iterators
 
 
 def iterator_label(group: str, set_name: Optional[str] = None, name: Optional[str] = None) -> str:
@@ -33,6 +36,7 @@ class IteratorSpec:
     path: str  # YAML path, e.g. "data_cfg.train.sup"
     type: str  # "file.Class"
     conf: dict
+    steps: str = "shortest"  # the group's steps policy
 
     @property
     def label(self) -> str:
@@ -60,10 +64,11 @@ def _is_iterator(node: dict) -> bool:
     return "type" in node or "conf" in node
 
 
-def _iterator_spec(node: Any, path: str, group: str, set_name, name) -> IteratorSpec:
+def _iterator_spec(node: Any, path: str, group: str, set_name, name, steps: str = "shortest") -> IteratorSpec:
     if not isinstance(node, dict):
+        hint = did_you_mean(str(name), ["steps"]) if name is not None else ""
         raise ConfigError(path, f"expected an iterator {{type: file.Class, conf: {{...}}}}, "
-                          f"got {type(node).__name__} {node!r}"[:200])
+                          f"got {type(node).__name__} {node!r}"[:200] + hint)
     for key in node:
         if key not in ("type", "conf"):
             raise ConfigError(f"{path}.{key}", "unknown key; an iterator holds only type and conf"
@@ -81,7 +86,7 @@ def _iterator_spec(node: Any, path: str, group: str, set_name, name) -> Iterator
     if not isinstance(conf, dict):
         raise ConfigError(f"{path}.conf", f"expected a mapping of options, got "
                           f"{type(conf).__name__} {conf!r}"[:200])
-    return IteratorSpec(group, set_name, name, path, type_name, conf)
+    return IteratorSpec(group, set_name, name, path, type_name, conf, steps)
 
 
 def _one_or_named(node: Any, path: str, group: str, set_name) -> list:
@@ -91,7 +96,13 @@ def _one_or_named(node: Any, path: str, group: str, set_name) -> list:
                           f"{{name: {{type, conf}}}}, got {type(node).__name__} {node!r}"[:200])
     if _is_iterator(node):
         return [_iterator_spec(node, path, group, set_name, None)]
-    return [_iterator_spec(item, f"{path}.{name}", group, set_name, str(name))
+    steps = "shortest"
+    if "steps" in node and not isinstance(node["steps"], dict):  # the policy, not an iterator named steps
+        steps = check_choice(node["steps"], f"{path}.steps", STEPS_POLICIES)
+        node = {name: item for name, item in node.items() if name != "steps"}
+        if not node:
+            raise ConfigError(path, "holds steps but no iterators")
+    return [_iterator_spec(item, f"{path}.{name}", group, set_name, str(name), steps)
             for name, item in node.items()]
 
 

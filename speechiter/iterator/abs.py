@@ -20,11 +20,11 @@ from speechiter.checks import check_bool, check_int, check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import ConfigError, DataError
-from speechiter.iterator.distributed import resolve_rank
+from speechiter.iterator.distributed import resolve_rank, share_view
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
 from speechiter.iterator.shuffle import EpochShuffle
 from speechiter.iterator.tasks import EpochTasks
-from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches, distribute,
+from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches,
                                       is_vectorised, vectorised)
 from speechiter.plan import Column, SortedIds
 from speechiter.seeding import stream_id
@@ -53,6 +53,9 @@ class Iterator:
         pin_memory: accepted for SpeeChain compatibility (see out_type).
         distributed: take this rank's share of every batch (torch.distributed).
         rank, world_size: override the distributed rank and world size.
+        evaluation: a valid or test iterator (build_iterators sets it): under
+            distributed, each utterance goes to one rank only and padding rows
+            are marked (see speechiter.iterator.view.eval_share).
         engine: ``msequence`` (default), ``inline`` or ``torch``.
         thread_type: ``proc`` or ``thread`` workers of the msequence engine.
         start_method: how ``proc`` workers start: ``fork`` (the default on
@@ -69,7 +72,8 @@ class Iterator:
                  group_info: Optional[Dict[str, Union[str, List[str]]]] = None,
                  is_descending: Optional[bool] = True, shuffle: bool = True, seed: int = 0, ngpu: int = 1,
                  num_workers: int = 1, pin_memory: bool = False, distributed: bool = False,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, engine: str = "msequence",
+                 rank: Optional[int] = None, world_size: Optional[int] = None, evaluation: bool = False,
+                 engine: str = "msequence",
                  thread_type: str = "proc", out_type: str = "cpu", buffer: Optional[int] = None,
                  start_method: Optional[str] = None,
                  name: Optional[str] = None, **iter_conf):
@@ -81,6 +85,7 @@ class Iterator:
         self.is_descending = is_descending
         self.shuffle = check_bool(shuffle, "shuffle")
         self._shuffle = EpochShuffle(self.seed)
+        self.evaluation = check_bool(evaluation, "evaluation")
         self.pin_memory = pin_memory
         if is_descending not in (True, False, None):
             raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
@@ -108,7 +113,8 @@ class Iterator:
             "dataset": f"{type(self.dataset).__module__}.{type(self.dataset).__qualname__}",
             "dataset_conf": dataset_conf, "batches_per_epoch": batches_per_epoch, "data_len": data_len,
             "group_info": group_info, "is_descending": is_descending, "shuffle": shuffle, "ngpu": ngpu,
-            "rank": self.rank, "world_size": self.world_size, "iter_conf": iter_conf})
+            "rank": self.rank, "world_size": self.world_size, "iter_conf": iter_conf,
+            **({"evaluation": True} if self.evaluation and self.world_size > 1 else {})})
         self._engine: Optional[Engine] = None
         self._engine_finalizer: Optional[weakref.finalize] = None
 
@@ -123,8 +129,9 @@ class Iterator:
         return view
 
     def _distribute(self, view: BatchView) -> BatchView:
-        """The ngpu rule, then this rank's share (see speechiter.iterator.view.distribute)."""
-        return distribute(view, self.ngpu, self.rank, self.world_size, self.is_descending is not False)
+        """The ngpu rule, then this rank's share (see speechiter.iterator.distributed.share_view)."""
+        return share_view(view, self.ngpu, self.rank, self.world_size, self.is_descending is not False,
+                          self.evaluation, self.name)
 
     def _set_view(self, view: BatchView):
         self._view = view

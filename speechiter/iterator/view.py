@@ -21,11 +21,14 @@ from speechiter.plan import IdList, SortedIds, decode_ids, encode_ids
 class BatchView(Sequence):
     """A batching view: ``ids`` (S array) in batch order and batch offsets
     ``bounds`` (batch i is ``ids[bounds[i]:bounds[i + 1]]``). Reads as a
-    list of lists of ids; compares equal to one."""
+    list of lists of ids; compares equal to one. ``padding``: None, or one
+    bool per id for rows that only pad a batch to the world size (see
+    :func:`eval_share`); :meth:`take` keeps it aligned."""
 
-    def __init__(self, ids: np.ndarray, bounds: np.ndarray):
+    def __init__(self, ids: np.ndarray, bounds: np.ndarray, padding: Optional[np.ndarray] = None):
         self.ids = ids
         self.bounds = np.asarray(bounds, dtype=np.int64)
+        self.padding = padding
 
     @classmethod
     def from_lists(cls, batches: Sequence) -> "BatchView":
@@ -61,7 +64,13 @@ class BatchView(Sequence):
         bounds = np.zeros(len(batches) + 1, dtype=np.int64)
         np.cumsum(sizes, out=bounds[1:])
         rows = np.arange(bounds[-1], dtype=np.int64) - np.repeat(bounds[:-1] - self.bounds[batches], sizes)
-        return BatchView(self.ids[rows], bounds)
+        return BatchView(self.ids[rows], bounds, None if self.padding is None else self.padding[rows])
+
+    def padding_of(self, item: int) -> Optional[List[bool]]:
+        """Batch ``item``'s padding rows as bools, or None when the view has no padding."""
+        if self.padding is None:
+            return None
+        return self.padding[self.bounds[item]:self.bounds[item + 1]].tolist()
 
     def tolist(self) -> List[List[str]]:
         return list(self)
@@ -179,10 +188,52 @@ def rank_share(view: BatchView, rank: int, world_size: int, descending: bool) ->
     return BatchView(view.ids[rows], bounds)
 
 
-def distribute(view: BatchView, ngpu: int, rank: int, world_size: int, descending: bool) -> BatchView:
-    """The view one rank loads: the ngpu rule, then this rank's share."""
+def merge_small(view: BatchView, world_size: int) -> BatchView:
+    """Consecutive batches joined until each holds at least ``world_size``
+    utterances; a batch that already does is kept as it is. Only the last
+    batch can stay smaller (when what is left is fewer than the ranks)."""
+    cuts, held = [0], 0
+    for end, size in zip(view.bounds[1:].tolist(), view.sizes().tolist()):
+        held += size
+        if held >= world_size:
+            cuts.append(end)
+            held = 0
+    if held:
+        cuts.append(len(view.ids))
+    return BatchView(view.ids, np.array(cuts, dtype=np.int64))
+
+
+def eval_share(view: BatchView, rank: int, world_size: int, descending: bool) -> BatchView:
+    """This rank's share of an evaluation view: every utterance exactly once
+    across the ranks, with equal step counts.
+
+    Batches smaller than the world size are first merged with the next ones
+    (:func:`merge_small`), then each batch is split as in training
+    (:func:`rank_share`). Only the last batch can leave a rank empty; that
+    rank takes the batch's last utterance again, marked in ``padding`` (so
+    ``batch.is_padding`` lets metrics drop it). See NOTE [ Distributed padding ].
+    """
+    merged = merge_small(view, world_size)
+    share = rank_share(merged, rank, world_size, descending)
+    padding = np.zeros(len(share.ids), dtype=bool)
+    if merged.sizes()[-1] < world_size:
+        start = world_size - rank - 1 if descending else rank
+        if start >= merged.sizes()[-1]:
+            padding[-1] = True  # this rank's share of the last batch is a repeat
+    return BatchView(share.ids, share.bounds, padding)
+
+
+def distribute(view: BatchView, ngpu: int, rank: int, world_size: int, descending: bool,
+               evaluation: bool = False) -> BatchView:
+    """The view one rank loads: the ngpu rule, then this rank's share
+    (:func:`eval_share` for evaluation, :func:`rank_share` for training)."""
     if ngpu > 1:
         view = make_divisible(view, ngpu)
     if world_size > 1:
-        view = rank_share(view, rank, world_size, descending)
+        view = (eval_share if evaluation else rank_share)(view, rank, world_size, descending)
     return view
+
+
+def padding_rows(sizes: np.ndarray, world_size: int) -> int:
+    """Rows the training split repeats across all ranks: ``world_size - size`` per batch smaller than the ranks."""
+    return int(np.maximum(world_size - sizes, 0).sum())

@@ -1,0 +1,59 @@
+"""Batch: the dict a Dataset's collate makes, with the utterance ids attached as attributes.
+
+# NOTE [ Batch attributes ]
+``batch.ids`` (the utterance ids in batch order), ``batch.meta``
+(``{group_info name: [values]}``, ``{}`` without group_info) and
+``batch.is_padding`` (one bool per row; True only for rows that pad a batch
+to the world size under distributed evaluation) are attributes, never keys,
+so ``model(**batch)`` and code that walks the keys see only the collate's
+keys. The Loader attaches them in the main process from the plan (it knows
+every task's ids), after the engine: no data travels through the workers for
+them, so every engine, worker kind and out_type gets them alike. Attaching
+costs one shallow dict copy per batch (a few keys; see the micro-benchmark in
+tests/test_loop.py). A collate that returns something other than a dict (a
+tuple, a tensor) gets its batch back unchanged: attributes need a dict; read
+the ids from ``loader.plan`` then.
+"""
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+
+class Batch(dict):
+    """A batch dict with ``ids``, ``meta`` and ``is_padding`` attributes (see NOTE [ Batch attributes ])."""
+
+    __slots__ = ("ids", "meta", "_padding")
+
+    def __init__(self, data: Mapping = (), ids: Sequence[str] = (), meta: Optional[Dict[str, List[str]]] = None,
+                 is_padding: Optional[List[bool]] = None):
+        super().__init__(data)
+        self.ids: List[str] = list(ids)
+        self.meta: Dict[str, List[str]] = {} if meta is None else meta
+        self._padding = is_padding
+
+    @property
+    def is_padding(self) -> List[bool]:
+        """One bool per row: True for a row that only pads the batch to the world size."""
+        return [False] * len(self.ids) if self._padding is None else self._padding
+
+    def real_rows(self) -> List[int]:
+        """The rows that are not padding (all of them outside distributed evaluation)."""
+        return [row for row, pad in enumerate(self.is_padding) if not pad]
+
+    def __reduce__(self):
+        return (_rebuild, (dict(self), self.ids, self.meta, self._padding))
+
+    def __repr__(self):
+        return f"Batch({dict.__repr__(self)}, ids={self.ids!r})"
+
+
+def _rebuild(data, ids, meta, padding) -> Batch:
+    return Batch(data, ids, meta, padding)
+
+
+def attach(batch: Any, ids: List[str], group_info: Optional[Mapping[str, Mapping[str, str]]],
+           padding: Optional[List[bool]]) -> Any:
+    """``batch`` as a :class:`Batch` carrying ``ids``, their group_info values and the padding rows;
+    a non-dict batch comes back unchanged."""
+    if not isinstance(batch, dict):
+        return batch
+    meta = {name: [column[uid] for uid in ids] for name, column in group_info.items()} if group_info else None
+    return Batch(batch, ids, meta, padding)
