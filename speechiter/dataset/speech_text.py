@@ -171,6 +171,8 @@ class SpeechTextDataset(Dataset):
             else:
                 item[key] = value
         self._trim_spaces(uid, item)
+        if "duration" in item:
+            item["duration"] = item["duration"].astype(np.float32)
         if "feat" in item and self.feat_extractor is not None:
             item["feat"] = self._log_mel(uid, item["feat"])
         return item

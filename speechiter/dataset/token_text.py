@@ -38,7 +38,7 @@ def parse_token_list(value: str) -> List[str]:
 
 
 def parse_durations(value: str) -> np.ndarray:
-    """Durations as float32: SpeeChain's list form ``[0.1, 0.2]`` (items may
+    """Durations as float64 (SpeeChain's Python floats): SpeeChain's list form ``[0.1, 0.2]`` (items may
     be quoted) or space-separated numbers ``0.1 0.2``. ValueError otherwise."""
     value = value.strip()
     if value.startswith("[") and value.endswith("]"):
@@ -46,7 +46,7 @@ def parse_durations(value: str) -> np.ndarray:
         items = [t[1:-1] if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"" else t for t in items]
     else:
         items = value.split()
-    return np.array([float(x) for x in items], dtype=np.float32)
+    return np.array([float(x) for x in items], dtype=np.float64)
 
 
 def space_trim(tokens: List[str], durations: Optional[Sequence[float]]
@@ -68,10 +68,10 @@ def space_trim(tokens: List[str], durations: Optional[Sequence[float]]
         return None
     if durations is None:
         return tokens[first:last], None, 0.0, 0.0
-    durations = np.asarray(durations)
-    total = float(np.sum(durations, dtype=np.float64))
-    front = float(np.sum(durations[:first], dtype=np.float64)) / total if total else 0.0
-    tail = float(np.sum(durations[last:], dtype=np.float64)) / total if total else 0.0
+    values = [float(d) for d in durations]  # summed in Python, in SpeeChain's order, for the same cut
+    total = sum(values)
+    front = sum(values[:first]) / total if total else 0.0
+    tail = sum(reversed(values[last:])) / total if total else 0.0
     return tokens[first:last], durations[first:last], front, tail
 
 
