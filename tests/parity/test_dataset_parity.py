@@ -205,3 +205,26 @@ def test_fastspeech2_shaped_config_loads_trimmed_batches(tmp_path, mfa):
         speechiter.build.close_all(iterators)
     assert batch["text"] == [expected(mfa, "w")[0], expected(mfa, "q")[0], ["<space>", "<space>"]]
     assert batch["feat_len"].tolist() == [500, 450, 400]
+
+
+@pytest.mark.timeout(120)
+def test_token_lists_travel_through_process_workers(tmp_path, mfa):
+    cfg = tmp_path / "cfg.yaml"
+    group = ("  type: abs.Iterator\n  conf:\n    dataset_type: speech_text.SpeechTextDataset\n"
+             "    dataset_conf:\n      main_data:\n"
+             + "".join(f"        {k}: {mfa[k]}\n" for k in ("feat", "text", "duration"))
+             + "    batch_size: 2\n    shuffle: true\n")
+    cfg.write_text("train:\n" + group + "valid:\n" + group)
+
+    def load(**settings):
+        iterators = speechiter.build_iterators(speechiter.load_config(str(cfg)), groups=["train"], out_type="null",
+                                               **settings)
+        try:
+            return [(b["text"], b["feat"].tobytes(), b["duration"].tobytes())
+                    for epoch in (1, 2) for b in iterators["train"].build_loader(epoch)]
+        finally:
+            speechiter.build.close_all(iterators)
+
+    inline = load(engine="inline")
+    assert [["HH", "AH0", "<space>", "L", "OW1"]] in [b[0][:1] for b in inline] + [b[0][1:] for b in inline]
+    assert load(num_workers=2, thread_type="proc") == inline
