@@ -8,8 +8,8 @@ extractor saves ``(1, D)`` rows as ``.npy``, which SpeeChain stacks to
 ``(B, 1, D)``. Errors are DataError naming the file; callers add the
 utterance and idx2 file.
 """
-from typing import Optional, Tuple
 import zipfile
+from typing import Optional, Tuple
 
 import numpy as np
 
