@@ -41,12 +41,31 @@ def test_several_files_for_one_key_are_merged(corpus, tmp_path):
     assert dataset.get_data_index() == ids_of(corpus)
 
 
-def test_duplicate_id_across_merged_files_is_an_error(corpus, tmp_path):
-    line = (corpus / "idx2wav").read_text().splitlines()[0]
-    a = write_idx2(tmp_path / "a", [tuple(line.split())])
-    b = write_idx2(tmp_path / "b", [tuple(line.split())])
-    with pytest.raises(DataError, match="also listed"):
-        SpeechTextDataset(main_data={"feat": [a, b]})
+def test_dataset_order_is_id_order_whatever_the_file_order(corpus, tmp_path):
+    # SpeeChain sorts every idx2 file by id (Python str order = UTF-8 byte order) when it reads it
+    lines = (corpus / "idx2wav").read_text().splitlines()
+    ids = [line.split()[0] for line in lines]
+    scrambled = [f"{uid} {corpus / path}" for uid, path in (line.split() for line in lines[::-1])]
+    wav = write_idx2(tmp_path / "idx2wav", [line.split(" ", 1) for line in scrambled])
+    text = write_idx2(tmp_path / "idx2text", [(uid, "t") for uid in ids[3:] + ids[:3]])
+    dataset = SpeechTextDataset(main_data={"text": text, "feat": wav})
+    assert dataset.get_data_index() == sorted(ids)
+    assert dataset.main_data["feat"][ids[0]] == str(corpus / lines[0].split()[1])
+    odd = write_idx2(tmp_path / "odd", [("u2", "x"), ("é1", "x"), ("_x", "x"), ("Z", "x"), ("u10", "x"),
+                                        ("B3", "x"), ("a1", "x")])
+    assert SpeechTextDataset(main_data={"text": odd}).get_data_index() == ["B3", "Z", "_x", "a1", "u10", "u2",
+                                                                            "é1"]
+
+
+def test_duplicate_id_across_merged_files_later_file_wins(corpus, tmp_path):
+    # SpeeChain merges the files into one dict in order: the later file's value wins
+    a = write_idx2(tmp_path / "a", [("x", "from a"), ("y", "only in a")])
+    b = write_idx2(tmp_path / "b", [("x", "from b"), ("w", "only in b")])
+    dataset = SpeechTextDataset(main_data={"text": [a, b]})
+    assert dataset.get_data_index() == ["w", "x", "y"]
+    assert dataset.get_batch(["w", "x", "y"])["text"] == ["only in b", "from b", "only in a"]
+    assert dataset.origin("text", "x") == b
+    assert SpeechTextDataset(main_data={"text": [b, a]}).main_data["text"]["x"] == "from a"
 
 
 def test_relative_paths_resolve_against_the_idx2_folder(corpus, monkeypatch, tmp_path):
@@ -88,6 +107,31 @@ def test_spk_feat_from_npy_and_hdf5(corpus, tmp_path):
     np.testing.assert_array_equal(batch["spk_feat"][:, 0], [0, 1, 10, 11])
 
 
+def test_spk_feat_is_stacked_as_stored(tmp_path):
+    # SpeeChain's extractor saves (1, D) rows: the batch is (B, 1, D); a (D,) file gives (B, D)
+    text = write_idx2(tmp_path / "idx2text", [("a", "x"), ("b", "y"), ("c", "z")])
+    np.save(tmp_path / "a.npy", np.full((1, 3), 1, dtype=np.float32))
+    np.save(tmp_path / "b.npy", np.full((1, 3), 2, dtype=np.float64))
+    np.save(tmp_path / "c.npy", np.full(3, 3, dtype=np.float32))
+    spk = write_idx2(tmp_path / "idx2spk_feat", [("a", "a.npy"), ("b", "b.npy"), ("c", "c.npy")])
+    dataset = SpeechTextDataset(main_data={"text": text, "spk_feat": spk})
+    batch = dataset.get_batch(["a", "b"])
+    assert batch["spk_feat"].shape == (2, 1, 3) and batch["spk_feat"].dtype == np.float32
+    np.testing.assert_array_equal(batch["spk_feat"][:, 0, 0], [1, 2])
+    assert dataset.get_batch(["c"])["spk_feat"].shape == (1, 3)
+    with pytest.raises(DataError, match=r"utterance a \(spk_feat from .*a\.npy has shape"):
+        dataset.get_batch(["a", "c"])
+    (tmp_path / "d.wav").write_bytes(b"")
+    (tmp_path / "s.npy").write_bytes(b"")
+    np.save(tmp_path / "t.npy", np.array(["x"]))
+    bad = write_idx2(tmp_path / "idx2bad", [("a", "d.wav"), ("b", "t.npy"), ("c", "nowhere.npy")])
+    dataset = SpeechTextDataset(main_data={"text": text, "spk_feat": bad})
+    for uid, match in [("a", "expected a .npy, .npz or .hdf5:key entry"), ("b", "numeric array"),
+                       ("c", "no such file")]:
+        with pytest.raises(DataError, match=rf"utterance {uid} \(spk_feat from .*idx2bad\): .*{match}"):
+            dataset[uid]
+
+
 def test_duration_is_padded_with_lengths(tmp_path):
     text = write_idx2(tmp_path / "idx2text", [("a", "x y"), ("b", "x")])
     duration = write_idx2(tmp_path / "idx2duration", [("a", "1 2 3"), ("b", "4")])
@@ -112,11 +156,21 @@ def test_empty_audio_is_an_error(tmp_path):
         dataset.get_batch(["e"])
 
 
+def test_duration_in_speechain_list_form(tmp_path):
+    text = write_idx2(tmp_path / "idx2text", [("a", "['HH', 'AH0', 'L']"), ("b", "['OW1']")])
+    duration = write_idx2(tmp_path / "idx2duration", [("a", "[0.1, 0.25, '0.5']"), ("b", "[1.0]")])
+    batch = SpeechTextDataset(main_data={"text": text, "duration": duration}).get_batch(["a", "b"])
+    np.testing.assert_allclose(batch["duration"], [[0.1, 0.25, 0.5], [1.0, 0, 0]])
+    assert batch["duration"].dtype == np.float32 and batch["duration_len"].tolist() == [3, 1]
+    assert batch["text"] == [["HH", "AH0", "L"], ["OW1"]]
+
+
 def test_bad_duration_value_names_the_utterance(tmp_path):
-    text = write_idx2(tmp_path / "idx2text", [("a", "x")])
-    duration = write_idx2(tmp_path / "idx2duration", [("a", "one two")])
-    with pytest.raises(DataError, match=r"utterance a .*idx2duration"):
-        SpeechTextDataset(main_data={"text": text, "duration": duration}).get_batch(["a"])
+    text = write_idx2(tmp_path / "idx2text", [("a", "x"), ("b", "y")])
+    duration = write_idx2(tmp_path / "idx2duration", [("a", "one two"), ("b", "[0.1, x]")])
+    for uid in "ab":
+        with pytest.raises(DataError, match=rf"utterance {uid} .*idx2duration.*expected a list of numbers"):
+            SpeechTextDataset(main_data={"duration": duration, "text": text}).get_batch([uid])
 
 
 def test_resampling_to_sample_rate(tmp_path):
@@ -124,6 +178,16 @@ def test_resampling_to_sample_rate(tmp_path):
     idx2 = write_idx2(tmp_path / "idx2wav", [("a", "a.wav")])
     batch = SpeechTextDataset(main_data={"feat": idx2}, sample_rate=16000).get_batch(["a"])
     assert abs(int(batch["feat_len"][0]) - 16000) <= 1
+
+
+def test_sample_rate_defaults_to_16000_and_null_keeps_the_file_rate(tmp_path):
+    sf.write(tmp_path / "a.wav", np.zeros(22050, dtype=np.int16), 22050)
+    sf.write(tmp_path / "b.wav", np.zeros(8000, dtype=np.int16), 8000)
+    idx2 = write_idx2(tmp_path / "idx2wav", [("a", "a.wav"), ("b", "b.wav")])
+    default = SpeechTextDataset(main_data={"feat": idx2})
+    assert default.sample_rate == 16000 and default.get_batch(["a", "b"])["feat_len"].tolist() == [16000, 16000]
+    kept = SpeechTextDataset(main_data={"feat": idx2}, sample_rate=None)
+    assert kept.sample_rate is None and kept.get_batch(["a", "b"])["feat_len"].tolist() == [22050, 8000]
 
 
 @pytest.mark.parametrize("conf, match", [
@@ -186,6 +250,35 @@ def test_selection_group_and_chained_rules(numbered):
     ids, text, meta, gender = numbered
     assert selected(text, ["group", "f", gender]) == ids[1::2]
     assert selected(text, [["group", ["f"], gender], ["order", -2]]) == ids[1:4:2]
+
+
+def test_selection_keeps_ids_the_metadata_file_does_not_list(numbered, tmp_path):
+    # SpeeChain removes only listed ids (np.setdiff1d): unlisted ones always stay, in id order
+    ids, text, _, _ = numbered
+    partial = write_idx2(tmp_path / "partial", [(uid, 10 - i) for i, uid in enumerate(ids) if i % 3][::-1])
+    listed = [uid for i, uid in enumerate(ids) if i % 3]      # u01 u02 u04 u05 u07 u08, values 9 8 6 5 3 2
+    assert selected(text, ["min", -2, partial]) == ["u00", "u03", "u06", "u07", "u08", "u09"]
+    assert selected(text, ["max", 0.5, partial]) == ["u00", "u01", "u02", "u03", "u04", "u06", "u09"]
+    assert selected(text, ["min", "5", partial]) == ["u00", "u03", "u05", "u06", "u07", "u08", "u09"]
+    gender = write_idx2(tmp_path / "gen", [("u01", "f"), ("u02", "m")])
+    assert selected(text, ["group", "f", gender]) == [uid for uid in ids if uid != "u02"]
+    assert len(listed) == 6
+
+
+def test_selection_middle_and_zero_counts_follow_speechain_slices(numbered):
+    # NOTE [ SpeeChain's selection arithmetic ] in speechiter/dataset/selection.py
+    ids, text, meta, _ = numbered       # by value (ascending): u09 u08 ... u00
+    assert selected(text, ["middle", -5, meta]) == ids[2:8]          # int((10 - 5) / 2) = 2 off each end: 6 stay
+    assert selected(text, ["middle", 0.3, meta]) == ids[3:7]         # k = 3, c = int(3.5) = 3: keeps 4
+    with pytest.warns(UserWarning, match="removing every utterance listed"), \
+            pytest.raises(ConfigError, match="leaves no utterance"):
+        selected(text, ["middle", 0.95, meta])                       # k = 9, c = 0: [-0:] is everything
+    with pytest.warns(UserWarning, match="keeping all"):
+        assert selected(text, ["max", 0.05, meta]) == ids             # k = 0: [:-0] removes nothing
+    with pytest.warns(UserWarning, match="keeping all"):
+        assert selected(text, ["rev_order", 0.05]) == ids             # k = 0: ids[-0:]
+    with pytest.raises(ConfigError, match="leaves no utterance"):   # k = 0: nothing, which is an error
+        selected(text, ["order", 0.05])
 
 
 @pytest.mark.parametrize("rule, match", [

@@ -55,7 +55,8 @@ def test_resampling_speech_to_16k(tmp_path, source_rate):
 
 
 @pytest.mark.parametrize("factor", [0.9, 1.0, 1.1, 0.95])
-def test_speed_perturbation_changes_length_by_one_over_factor(tmp_path, factor):
+def test_speed_perturbation_changes_length_by_the_factor(tmp_path, factor):
+    # SpeeChain's direction: the waveform is resampled by the factor and keeps its rate, so 1.1 is 10% longer
     idx2wav = write_speech_corpus(tmp_path, 16000, seconds=(0.2003, 0.5, 1.0371))
     plain = SpeechTextDataset(main_data={"feat": str(idx2wav)})
     perturbed = SpeechTextDataset(main_data={"feat": str(idx2wav)}, use_speed_perturb=True, perturb_range=[factor])
@@ -63,10 +64,11 @@ def test_speed_perturbation_changes_length_by_one_over_factor(tmp_path, factor):
         n = plain[uid]["feat"].shape[0]
         with speechiter.seeding.seeded(0):
             out = perturbed[uid]["feat"]
-        assert out.shape[0] == perturbed_length(n, factor) and abs(out.shape[0] - round(n / factor)) <= 1
-        assert perturbed.batch_length_fn(n) == out.shape[0]
+        assert out.shape[0] == perturbed_length(n, factor) and abs(out.shape[0] - round(n * factor)) <= 1
+        assert perturbed.max_batch_length_fn(n) == out.shape[0]
+        assert perturbed.batch_length_fn(n) == n  # batching budgets the unperturbed length (SpeeChain)
         if factor != 1.0:  # tempo and pitch change together
-            expected = dominant_frequency(plain[uid]["feat"], 16000) * factor
+            expected = dominant_frequency(plain[uid]["feat"], 16000) / factor
             assert abs(dominant_frequency(out, 16000) - expected) < 0.03 * expected + 5
 
 
@@ -98,7 +100,9 @@ def test_feat_conf_sample_rate_resamples_and_must_match(tmp_path):
     with pytest.raises(ConfigError, match=r"feat_conf\.sample_rate: is 8000 but the dataset's sample_rate is 16000"):
         SpeechTextDataset(main_data={"feat": str(idx2wav)}, sample_rate=16000, feat_conf={"sample_rate": 8000})
     with pytest.raises(ConfigError, match=r"feat_conf\.sample_rate: unknown"):
-        SpeechTextDataset(main_data={"feat": str(idx2wav)}, feat_conf={"n_mels": 40})
+        SpeechTextDataset(main_data={"feat": str(idx2wav)}, sample_rate=None, feat_conf={"n_mels": 40})
+    # neither given: SpeeChain's default 16000
+    assert SpeechTextDataset(main_data={"feat": str(idx2wav)}, feat_conf={"n_mels": 40}).read_rate == 16000
     text = tmp_path / "idx2text"
     text.write_text("u0 HI\n")
     with pytest.raises(ConfigError, match="feat_conf: needs waveforms in main_data.feat"):
@@ -297,7 +301,9 @@ def test_handbook_front_end_example(tmp_path, corpus, monkeypatch):
         train = iterators["train"]
         batches = list(train.build_loader(epoch=1))
         assert sum(len(b["feat_len"]) for b in batches) == 20
-        assert all(b["feat"].shape[2] == 80 and b["feat_len"].sum() <= 1000 for b in batches)
+        # a batch closes once its (unperturbed) budget reaches batch_len: before its last utterance it was below,
+        # and a speed factor makes an utterance at most 1.1x its budget
+        assert all(b["feat"].shape[2] == 80 and b["feat_len"][:-1].sum() <= 1.1 * 1000 + 2 for b in batches)
         valid = list(iterators["valid"].build_loader(epoch=1))
         assert valid[0]["feat"].shape[2] == 80 and isinstance(valid[0]["text"][0], str)
     finally:

@@ -95,9 +95,14 @@ def test_block_needs_lengths_and_a_positive_budget(lengths_corpus, tmp_path):
         make(BlockIterator, root)
     with pytest.raises(ConfigError, match="batch_len_rule: expected one of reach, never_exceed, got 'never'"):
         make(BlockIterator, root, batch_len=1000, batch_len_rule="never")
+    idx2wav = tmp_path / "idx2wav"  # audio only: no lengths registered, none given (never read here)
+    idx2wav.write_text((root / "idx2text").read_text().replace(" words ", " a"))
     with pytest.raises(ConfigError, match="data_len"):
-        BlockIterator(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(root / "idx2text")}},
+        BlockIterator(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"feat": str(idx2wav)}},
                       batch_len=1000)
+    text_only = BlockIterator(dataset_type=SpeechTextDataset,
+                              dataset_conf={"main_data": {"text": str(root / "idx2text")}}, batch_len=1000)
+    assert len(text_only.batches) >= 1  # text lengths (len(text), as SpeeChain) are registered
 
 
 def test_piece_and_abs_batch_sizes(lengths_corpus):

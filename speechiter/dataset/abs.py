@@ -30,8 +30,11 @@ class Dataset:
 
     Args:
         main_data: ``{name: idx2 file or [files]}``. Several files for one name
-            are merged; ids are intersected across names (dropped ids are
-            counted in a warning).
+            are merged, a later file's value winning for an id listed twice
+            (as SpeeChain); ids are intersected across names (dropped ids are
+            counted in a warning). The dataset order is id order (Python
+            ``str`` order, which is UTF-8 byte order), as SpeeChain sorts
+            every idx2 file by id when it reads it.
         data_selection: one ``[mode, number]`` / ``[mode, number, meta_file]``
             rule or a list of them, applied in order (see :meth:`select`).
         seed: seed of the ``random`` selection mode.
@@ -77,19 +80,21 @@ class Dataset:
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files)
         if not files:
             raise ConfigError(f"main_data.{key}", "expected an idx2 file or a list of them, got an empty list")
-        merged = read_idx2_files(files, key)
+        merged = read_idx2_files(files, key, on_duplicate="last")
         column = Column(IdIndex(merged.ids), merged.buffers, merged.starts, merged.ends, merged.file_no,
                         merged.files, key in self.path_keys)
         return merged.files, column
 
     def _intersect_ids(self) -> IdList:
-        """The ids listed under every main_data name, in the first name's order."""
+        """The ids listed under every main_data name, in id order (SpeeChain's order)."""
         keys = list(self.main_data)
         first = self.main_data[keys[0]].index
-        present = np.ones(len(first), dtype=bool)
+        by_id = first.id_order()  # the argsort the lookups need anyway; None: sorted already
+        ids = first.ids if by_id is None else first.ids[by_id]
+        present = np.ones(len(ids), dtype=bool)
         for key in keys[1:]:
-            present &= self.main_data[key].index.find(first.ids) >= 0
-        common = first.ids[present]
+            present &= self.main_data[key].index.find(ids) >= 0
+        common = ids[present]
         sizes = {k: len(d) for k, d in self.main_data.items()}
         if any(size > len(common) for size in sizes.values()):
             total = len(np.unique(np.concatenate([self.main_data[k].index.ids for k in keys])))
@@ -185,6 +190,12 @@ class Dataset:
         element-wise there, it is called per utterance.
         """
         return length
+
+    def max_batch_length_fn(self, length: float) -> float:
+        """Hook: the longest a ``data_len`` length can become once built
+        (random augmentation at its longest); hard-bound batching rules
+        (block ``never_exceed``, bucket) budget it. Defaults to batch_length_fn."""
+        return self.batch_length_fn(length)
 
     def dataset_init_fn(self):
         """Hook: subclass-specific initialisation. Declare your options as

@@ -5,12 +5,24 @@ applies a list of them in order (see :meth:`Dataset.select`).
 
 Without metadata, ``number`` is a fraction in (0, 1) or a negative integer
 ``-n`` meaning n utterances: ``order`` keeps the first ones, ``rev_order`` the
-last ones and ``random`` a seeded draw without replacement (in dataset order).
-With ``meta_file`` (an idx2 file of numbers or labels): ``min`` / ``max`` keep
-the utterances with the smallest / largest values (a count as above, or a
-threshold given as a string: ``!str 10``); ``middle`` drops equally many from
-both ends; ``group`` keeps the utterances whose label is ``number`` (a string
-or a list of strings).
+last ones and ``random`` a seeded draw without replacement (in dataset order;
+SpeeChain draws with replacement from numpy's global state, a bug we do not
+copy). With ``meta_file`` (an idx2 file of numbers or labels) the rule only
+ever removes utterances listed in it; those it does not list are kept, as in
+SpeeChain. ``min`` / ``max`` keep the utterances with the smallest / largest
+values (a count as above, counted among the listed ones, or a threshold given
+as a string: ``!str 10``); ``middle`` drops ``int((N - n) / 2)`` from each
+end; ``group`` keeps the utterances whose label is ``number`` (a string or a
+list of strings). See NOTE [ SpeeChain's selection arithmetic ].
+
+# NOTE [ SpeeChain's selection arithmetic ]
+The count rules are SpeeChain's slices, kept exactly, edge cases included:
+with the listed ids sorted by value (stable, ties in id order) and k the
+count, ``min`` removes ``sorted[k:]``, ``max`` removes ``sorted[:-k]`` and
+``middle`` removes ``sorted[:c]`` and ``sorted[-c:]`` with
+``c = int((N - k) / 2)``. So ``max`` with k = 0 and ``rev_order`` with
+k = 0 (``ids[-0:]``) keep everything, and ``middle`` with c = 0 removes every
+listed id; each of these warns.
 """
 import warnings
 from typing import Any, List, Optional, Sequence
@@ -55,7 +67,10 @@ def select_ids(ids: np.ndarray, mode: str, number, meta_file: Optional[str] = No
         if mode == "order":
             return ids[:count]
         if mode == "rev_order":
-            return ids[len(ids) - count:]
+            if count == 0:
+                warnings.warn(f"{where}: selects 0 utterances, which SpeeChain's rule turns into keeping all "
+                              f"of them", stacklevel=3)
+            return ids[-count:]
         chosen = np.random.default_rng(seed).choice(len(ids), size=count, replace=False)
         return ids[np.sort(chosen)]
 
@@ -64,33 +79,41 @@ def select_ids(ids: np.ndarray, mode: str, number, meta_file: Optional[str] = No
     table = read_idx2_table(meta_file)
     rows = IdIndex(table.ids).find(ids)
     found = rows >= 0
-    if not found.all():
-        warnings.warn(f"{int((~found).sum())} utterances have no entry in {meta_file} and are "
-                      f"dropped by data_selection", stacklevel=3)
-    present, rows = ids[found], rows[found]
+    by_id = IdIndex(ids[found]).id_order()  # the listed ids in id order, as SpeeChain reads meta_file
+    present = ids[found] if by_id is None else ids[found][by_id]
+    rows = rows[found] if by_id is None else rows[found][by_id]
     meta = Column(IdIndex(table.ids), [table.buffer], table.starts, table.ends, None, [meta_file])
     if mode == "group":
         groups = [str(g).encode("utf-8") for g in (number if isinstance(number, (list, tuple)) else [number])]
-        return present[np.isin(meta.take(rows).raw_values(), np.array(groups, dtype="S"))]
+        removed = present[~np.isin(meta.take(rows).raw_values(), np.array(groups, dtype="S"))]
+        return _without(ids, removed)
     values = _meta_numbers(meta_file, mode, table, meta, present, rows)
-    by_value = np.argsort(values, kind="stable")
     if isinstance(number, str):
         if mode == "middle":
             raise ConfigError(where, "mode 'middle' takes a count, not a threshold string")
         threshold = _threshold(number, where)
-        keep = values <= threshold if mode == "min" else values >= threshold
+        return _without(ids, present[values > threshold if mode == "min" else values < threshold])
+    count = _selection_count(number, len(ids), where, of=len(present))
+    by_value = present[np.argsort(values, kind="stable")]
+    if mode == "min":
+        removed = by_value[count:]
+    elif mode == "max":
+        removed = by_value[:-count]
+        if count == 0:
+            warnings.warn(f"{where}: selects 0 utterances, which SpeeChain's rule turns into keeping all "
+                          f"of them", stacklevel=3)
     else:
-        count = _selection_count(number, len(present), where)
-        if mode == "min":
-            chosen = by_value[:count]
-        elif mode == "max":
-            chosen = by_value[len(by_value) - count:]
-        else:
-            cut = (len(by_value) - count) // 2
-            chosen = by_value[cut:cut + count]
-        keep = np.zeros(len(present), dtype=bool)
-        keep[chosen] = True
-    return present[keep]
+        cut = int((len(by_value) - count) / 2)
+        removed = np.concatenate([by_value[:cut], by_value[-cut:]])
+        if cut == 0:
+            warnings.warn(f"{where}: removes nothing from either end, which SpeeChain's rule turns into "
+                          f"removing every utterance listed in {meta_file}", stacklevel=3)
+    return _without(ids, removed)
+
+
+def _without(ids: np.ndarray, removed: np.ndarray) -> np.ndarray:
+    """``ids`` (in their order) less ``removed``."""
+    return ids[~np.isin(ids, removed)] if len(removed) else ids
 
 
 def _meta_numbers(meta_file: str, mode: str, table, meta: Column, present: np.ndarray,
@@ -108,11 +131,13 @@ def _meta_numbers(meta_file: str, mode: str, table, meta: Column, present: np.nd
         return np.asarray(values, dtype=np.float64)
 
 
-def _selection_count(number, total: int, where: str) -> int:
+def _selection_count(number, total: int, where: str, of: Optional[int] = None) -> int:
+    """The count of a rule over ``total`` utterances; a fraction is taken of
+    ``of`` (the utterances listed in the metadata file) when given."""
     if isinstance(number, bool) or not isinstance(number, (int, float)):
         raise ConfigError(where, f"expected a fraction in (0, 1) or a negative count, got {number!r}")
     if isinstance(number, float) and 0 < number < 1:
-        return int(total * number)
+        return int((total if of is None else of) * number)
     if number < 0 and float(number).is_integer():
         if -number > total:
             raise ConfigError(where, f"asks for {int(-number)} utterances but only {total} are available")

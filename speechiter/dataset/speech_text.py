@@ -2,15 +2,19 @@
 
 main_data names (at least one of ``feat`` and ``text``):
 
-- ``feat``: audio (wav, flac, ...) or features (npy, npz, ``file.npz:key``,
-  ``file.hdf5:key``). Batched as float32 ``(B, T, C)``, zero-padded, with
-  ``feat_len`` (int64, ``(B,)``). Mono audio has ``C == 1``. With
-  ``feat_conf``, mono waveforms become log-mel frames ``(B, frames, n_mels)``
-  and ``feat_len`` counts frames.
-- ``text``: transcripts, kept as a list of raw strings.
+- ``feat``: audio (wav, flac, ...) or features (npy, npz, SpeeChain's npz of
+  ``feat`` + ``sample_rate``, ``file.npz:key``, ``file.hdf5:key``). Batched
+  as float32 ``(B, T, C)``, zero-padded, with ``feat_len`` (int64, ``(B,)``).
+  Mono audio has ``C == 1``. With ``feat_conf``, mono waveforms become
+  log-mel frames ``(B, frames, n_mels)`` and ``feat_len`` counts frames.
+- ``text``: transcripts, a list of raw strings; a token list as SpeeChain's
+  MFA / G2P preparation writes it (``['<space>', 'HH', 'AH0']``) becomes a
+  list of tokens (see token_text.py). Without ``data_len``, ``len(text)`` of
+  the raw line is each utterance's length (as SpeeChain).
 - ``spk_ids``: speaker ids (idx2spk), a list of strings.
-- ``spk_feat``: speaker embeddings (npy or ``file.hdf5:key``), float32 ``(B, D)``.
-- ``duration``: per-token durations (space-separated numbers), float32
+- ``spk_feat``: speaker embeddings (npy, npz or ``file.hdf5:key``) stacked
+  as stored, float32: ``(B, 1, D)`` for SpeeChain's ``(1, D)`` files.
+- ``duration``: per-token durations (``[0.1, 0.2]`` or ``0.1 0.2``), float32
   ``(B, L)`` zero-padded, with ``duration_len``.
 """
 import os
@@ -19,13 +23,16 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from speechiter.arrays import read_vector
-from speechiter.audio import read_feat, resample, resampled_length
+from speechiter.audio import resample, resampled_length
 from speechiter.checks import check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
+from speechiter.dataset.speech_files import read_speech, read_stored
+from speechiter.dataset.token_text import (SPACE, is_token_list, parse_durations, parse_token_list, space_trim,
+                                           text_lengths, trim_fraction)
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
+from speechiter.plan import LengthMap
 from speechiter.seeding import rng
 from speechiter.segments import is_kaldi_segments, read_wav_scp
 from speechiter.storage import redact
@@ -40,40 +47,51 @@ def speed_fraction(factor: float) -> Fraction:
     return Fraction(factor).limit_denominator(MAX_FACTOR_DENOMINATOR)
 
 
+class _DefaultRate(int):
+    """The default ``sample_rate`` (16000, SpeeChain's), told apart from an explicit 16000."""
+
+
+DEFAULT_SAMPLE_RATE = _DefaultRate(16000)
+#: arrays cut with the text when leading / trailing <space> tokens are trimmed
+TRIMMED_WITH_TEXT = ("feat", "pitch")
+
+
 def perturbed_length(num_samples, factor: float):
     """Length after speed perturbation by ``factor``: exactly
-    ``round(n * den / num)`` for ``factor = num / den`` (halves round up);
-    a non-integer length (an estimate) is divided by the factor. Takes a
+    ``round(n * num / den)`` for ``factor = num / den`` (halves round up);
+    a non-integer length (an estimate) is multiplied by the factor. Takes a
     number or a numpy array of numbers (element-wise)."""
     fraction = speed_fraction(factor)
     if isinstance(num_samples, np.ndarray):
         whole = np.floor(num_samples) == num_samples
-        exact = (2 * num_samples * fraction.denominator + fraction.numerator) // (2 * fraction.numerator)
-        return np.where(whole, exact, num_samples / factor)
+        exact = (2 * num_samples * fraction.numerator + fraction.denominator) // (2 * fraction.denominator)
+        return np.where(whole, exact, num_samples * factor)
     if float(num_samples).is_integer():
-        return resampled_length(int(num_samples), fraction.numerator, fraction.denominator)
-    return num_samples / factor
+        return resampled_length(int(num_samples), fraction.denominator, fraction.numerator)
+    return num_samples * factor
 
 
 def speed_perturb(wave: np.ndarray, factor: float) -> np.ndarray:
-    """Play ``wave`` (T, C) ``factor`` times faster (tempo and pitch, as Kaldi's
-    speed perturbation): resample it by the fraction ``factor`` with soxr, to
-    exactly ``perturbed_length(T, factor)`` frames."""
+    """Speed perturbation as SpeeChain's: resample ``wave`` (T, C) by the
+    fraction ``factor`` with soxr and keep the rate, so it lasts ``factor``
+    times as long (1.1: 10% slower and lower; tempo and pitch change
+    together), exactly ``perturbed_length(T, factor)`` frames."""
     fraction = speed_fraction(factor)
     if fraction == 1:
         return wave
-    return resample(wave, fraction.numerator, fraction.denominator)
+    return resample(wave, fraction.denominator, fraction.numerator)
 
 
 class SpeechTextDataset(Dataset):
     """Speech-text pairs for ASR and TTS.
 
     Args (``dataset_conf``):
-        sample_rate: audio stored at another rate is resampled to it (soxr).
-            None keeps every file's own rate.
+        sample_rate: audio stored at another rate is resampled to it (soxr,
+            up or down). Default 16000 (SpeeChain's), or ``feat_conf``'s
+            sample_rate when only that is given; None keeps every file's rate.
         use_speed_perturb: pick one factor from ``perturb_range`` per
             utterance and resample the waveform by it, so its length changes
-            by 1/factor (Kaldi-style speed perturbation: tempo and pitch). The
+            by the factor (SpeeChain's direction: 1.1 is 10% longer). The
             factor comes from the batch's random state (reproducible).
         perturb_range: the factors to choose from.
         feat_conf: log-mel settings (a mapping, or a YAML file such as
@@ -83,7 +101,7 @@ class SpeechTextDataset(Dataset):
 
     path_keys = ("feat", "spk_feat")
 
-    def dataset_init_fn(self, sample_rate: Optional[int] = None, use_speed_perturb: bool = False,
+    def dataset_init_fn(self, sample_rate: Optional[int] = DEFAULT_SAMPLE_RATE, use_speed_perturb: bool = False,
                         perturb_range: Sequence[float] = (0.9, 1.0, 1.1),
                         feat_conf: Union[dict, str, None] = None):
         unknown = [k for k in self.main_data if k not in KNOWN_KEYS]
@@ -92,6 +110,7 @@ class SpeechTextDataset(Dataset):
                                            f"{', '.join(KNOWN_KEYS)}")
         if "feat" not in self.main_data and "text" not in self.main_data:
             raise ConfigError("main_data", "needs at least one of 'feat' and 'text'")
+        rate_given = sample_rate is not DEFAULT_SAMPLE_RATE
         sample_rate = check_optional_int(sample_rate, "sample_rate")
         factors = list(perturb_range) if isinstance(perturb_range, (list, tuple)) else None
         if not factors or any(isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0 for f in factors):
@@ -102,15 +121,17 @@ class SpeechTextDataset(Dataset):
         for source in self.sources.get("feat", ()):  # refuse piped wav.scp entries now, not in a worker
             if is_kaldi_segments(source):
                 read_wav_scp(os.path.join(os.path.dirname(source), "wav.scp"))
+        conf = load_feat_conf(feat_conf)
+        if not rate_given and conf is not None and conf.get("sample_rate") is not None:
+            sample_rate = conf["sample_rate"]  # feat_conf's rate stands in for the default
         self.sample_rate = sample_rate
         self.use_speed_perturb = bool(use_speed_perturb)
         self.perturb_range = [float(f) for f in factors]
-        self.feat_extractor = self._feat_extractor(feat_conf, sample_rate)
+        self.feat_extractor = self._feat_extractor(conf, sample_rate)
         # audio is read at this rate (resampled if stored at another one)
         self.read_rate = self.feat_extractor.sample_rate if self.feat_extractor else sample_rate
 
-    def _feat_extractor(self, feat_conf, sample_rate) -> Optional[LogMel]:
-        conf = load_feat_conf(feat_conf)
+    def _feat_extractor(self, conf: Optional[dict], sample_rate) -> Optional[LogMel]:
         if conf is None:
             return None
         if "feat" not in self.main_data:
@@ -121,28 +142,51 @@ class SpeechTextDataset(Dataset):
                                                        f"{sample_rate}; they must match")
         return LogMel.from_conf(conf, sample_rate)
 
+    def data_len_register_fn(self, main_data) -> Optional[LengthMap]:
+        """With ``text``: ``len`` of each raw text line (characters, token
+        lists unparsed), as SpeeChain registers it; the Iterator sorts and
+        batches by it when no ``data_len`` is given."""
+        text = main_data.get("text")
+        if text is None:
+            return None
+        return LengthMap(text.index, text_lengths(text))
+
     def batch_length_fn(self, length: float) -> float:
-        """The longest result of an utterance of ``length`` samples: with
-        speed perturbation the slowest factor's length (so a perturbed batch
-        never exceeds batch_len), then, with ``feat_conf``, its frame count."""
-        if self.use_speed_perturb:
-            length = perturbed_length(length, min(self.perturb_range))
+        """An utterance of ``length`` samples as batching budgets it: with
+        ``feat_conf`` its frame count. Speed perturbation is left out, as
+        SpeeChain budgets the unperturbed length (see max_batch_length_fn)."""
         if self.feat_extractor is not None:
             length = self.feat_extractor.num_frames(length)
         return length
 
+    def max_batch_length_fn(self, length: float) -> float:
+        """The longest an utterance of ``length`` samples can become: with
+        speed perturbation the longest factor's length, then, with
+        ``feat_conf``, its frame count (hard-bound batching rules use it)."""
+        if self.use_speed_perturb:
+            length = perturbed_length(length, max(self.perturb_range))
+        return self.batch_length_fn(length)
+
     def extract_main_data_fn(self, main_data: Dict[str, str]) -> Dict[str, Any]:
+        # Random draws per utterance, in this order: speed factor, dither noise (both rng()).
         uid = main_data.pop("id")
         item: Dict[str, Any] = {}
         for key, value in main_data.items():
             if key == "feat":
-                item["feat"] = self._read_feat(uid, value)
+                item["feat"] = self._read_wave(uid, value)
             elif key == "spk_feat":
-                item["spk_feat"] = self._read(key, uid, read_vector, value)
+                item["spk_feat"] = self._read(key, uid, read_stored, value)
             elif key == "duration":
                 item["duration"] = self._parse_duration(uid, value)
+            elif key == "text" and is_token_list(value):
+                item["text"] = parse_token_list(value)
             else:
                 item[key] = value
+        self._trim_spaces(uid, item)
+        if "duration" in item:
+            item["duration"] = item["duration"].astype(np.float32)
+        if "feat" in item and self.feat_extractor is not None:
+            item["feat"] = self._log_mel(uid, item["feat"])
         return item
 
     def _read(self, key: str, uid: str, reader, *args):
@@ -151,27 +195,53 @@ class SpeechTextDataset(Dataset):
         except DataError as e:
             raise self.data_error(key, uid, redact(e)) from None
 
-    def _read_feat(self, uid: str, value: str) -> np.ndarray:
-        # Random draws per utterance, in this order: speed factor, dither noise (both rng()).
-        feat = self._read("feat", uid, read_feat, value, self.read_rate)
+    def _read_wave(self, uid: str, value: str) -> np.ndarray:
+        """Decoded (resampled to ``read_rate``) and speed-perturbed."""
+        feat, _ = self._read("feat", uid, read_speech, value, self.read_rate)
         if self.use_speed_perturb:
             factor = self.perturb_range[int(rng().integers(len(self.perturb_range)))]
             feat = speed_perturb(feat, factor)
-        if self.feat_extractor is not None:
-            if feat.shape[1] != 1:
-                raise self.data_error("feat", uid, f"feat_conf needs mono waveforms, got {feat.shape[1]} "
-                                                   f"channels")
-            if feat.shape[0] < self.feat_extractor.window_size:
-                raise self.data_error("feat", uid, f"{feat.shape[0]} samples is shorter than one frame "
-                                                   f"({self.feat_extractor.window_size} samples)")
-            feat = self.feat_extractor(feat, rng() if self.feat_extractor.dither else None)
         return feat
+
+    def _log_mel(self, uid: str, feat: np.ndarray) -> np.ndarray:
+        if feat.shape[1] != 1:
+            raise self.data_error("feat", uid, f"feat_conf needs mono waveforms, got {feat.shape[1]} channels")
+        if feat.shape[0] < self.feat_extractor.window_size:
+            raise self.data_error("feat", uid, f"{feat.shape[0]} samples is shorter than one frame "
+                                               f"({self.feat_extractor.window_size} samples)")
+        return self.feat_extractor(feat, rng() if self.feat_extractor.dither else None)
+
+    def _trim_spaces(self, uid: str, item: Dict[str, Any]):
+        """SpeeChain's silence trim: a token list that starts or ends with
+        ``<space>`` loses those tokens and their durations, and ``feat`` (and
+        ``pitch``) lose the same fraction of their length at that end. An
+        utterance of nothing but ``<space>`` stays untrimmed (SpeeChain drops
+        it from its batch)."""
+        tokens = item.get("text")
+        if not isinstance(tokens, list) or not tokens or SPACE not in (tokens[0], tokens[-1]):
+            return
+        durations = item.get("duration")
+        if durations is None and "feat" in item:
+            raise self.data_error("text", uid, "the tokens start or end with <space>: trimming the audio with "
+                                               "them needs main_data.duration")
+        if durations is not None and len(durations) != len(tokens):
+            raise self.data_error("duration", uid, f"{len(durations)} durations for {len(tokens)} tokens")
+        trimmed = space_trim(tokens, durations)
+        if trimmed is None:
+            return
+        item["text"], durations, front, tail = trimmed
+        if durations is not None:
+            item["duration"] = durations
+        for key in TRIMMED_WITH_TEXT:
+            if key in item:
+                item[key] = trim_fraction(item[key], front, tail)
 
     def _parse_duration(self, uid: str, value: str) -> np.ndarray:
         try:
-            return np.array([float(x) for x in value.split()], dtype=np.float32)
+            return parse_durations(value)
         except ValueError:
-            raise self.data_error("duration", uid, f"expected space-separated numbers, got {value!r}") from None
+            raise self.data_error("duration", uid, f"expected a list of numbers ([0.1, 0.2] or 0.1 0.2), "
+                                                   f"got {value!r}") from None
 
     def collate_main_data_fn(self, batch_dict: Dict[str, List]) -> Dict[str, Any]:
         batch: Dict[str, Any] = {}
@@ -184,6 +254,10 @@ class SpeechTextDataset(Dataset):
                                     f"dimensions {sorted(dims)}")
                 batch["feat"], batch["feat_len"] = pad_stack(values, np.float32), feat_len
             elif key == "spk_feat":
+                shapes = {v.shape for v in values}
+                if len(shapes) > 1:
+                    raise DataError(f"spk_feat: utterances of one batch have embeddings of different shapes "
+                                    f"{sorted(shapes)}")
                 batch[key] = np.stack(values).astype(np.float32, copy=False)
             elif key == "duration":
                 for name, value in collate_values(key, values):

@@ -27,15 +27,18 @@ def load_lengths(dataset: Dataset, data_len: Optional[Files], longest: bool = Fa
         registered = dataset.data_len
         if registered is None:
             return None
-        values = np.array([registered[uid] for uid in IdList(ids)], dtype=np.float64)
+        if isinstance(registered, LengthMap):
+            values = registered.values[registered.index.find(ids)].astype(np.float64)
+        else:
+            values = np.array([registered[uid] for uid in IdList(ids)], dtype=np.float64)
         check_lengths(f"{type(dataset).__name__}.data_len_register_fn", ids, values)
+        return LengthMap(IdIndex(ids), values)  # already in the dataset's own unit (text: characters)
     else:
         files = [data_len] if isinstance(data_len, str) else list(data_len)
-        merged = read_idx2_files(files, "data_len")  # every row of every file, in order
-        per_file = [table.numbers() for table in merged.tables]
-        for table, numbers in zip(merged.tables, per_file):
-            check_lengths(table.path, table.ids, numbers)
-        file_ids, file_values = merged.ids, np.concatenate(per_file)
+        merged = read_idx2_files(files, "data_len", on_duplicate="last")  # a later file wins (SpeeChain)
+        for table in merged.tables:
+            check_lengths(table.path, table.ids, table.numbers())
+        file_ids, file_values = merged.ids, merged.numbers()
         rows = IdIndex(file_ids).find(ids)
         missing = rows < 0
         if missing.any():

@@ -101,9 +101,7 @@ for desc in (True, False, None):
 
 
 def _block_mark(desc, shuffle, bpe):
-    # the >= cut (R1) and the cumulative shuffle (R2) hold; is_descending null batches in dataset order (R3)
-    if desc is None:
-        return issue12("dataset order is id order (R3)")
+    # the >= cut (R1), the cumulative shuffle (R2) and id order (R3) hold
     return ()
 
 
@@ -158,10 +156,7 @@ def test_block_never_exceed_is_opt_in(tmp_path, F):
 
 # ----------------------------------------------------------------------------- abs.Iterator / piece
 
-ID_ORDER = "idx2 files are read in id (str) order; dataset order is id order"
-
-
-@pytest.mark.parametrize("desc", [True, False, pytest.param(None, marks=issue12(ID_ORDER))])
+@pytest.mark.parametrize("desc", [True, False, None])
 @pytest.mark.parametrize("bpe", [None, "equal", 2, 5])
 def test_abs_epochs(tmp_path, F, desc, bpe):
     view = R.iterator_view(speech_md(F), "abs", data_len=F + "/idx2wav_len", batch_size=4, is_descending=desc)
@@ -174,7 +169,7 @@ def test_abs_epochs(tmp_path, F, desc, bpe):
     assert_epochs(it, view, 3, True, bpe_value)
 
 
-@pytest.mark.parametrize("desc", [True, pytest.param(None, marks=issue12(ID_ORDER))])
+@pytest.mark.parametrize("desc", [True, None])
 def test_piece_matches_abs_with_batch_size(tmp_path, F, desc):
     # SpeeChain has no piece.py; speechiter's piece.PieceIterator is abs.Iterator with a required batch_size
     view = R.iterator_view(speech_md(F), "abs", data_len=F + "/idx2wav_len", batch_size=5, is_descending=desc)
@@ -206,7 +201,6 @@ def test_loader_yields_reference_ids(tmp_path, F):
 
 # ----------------------------------------------------------------------------- R3: id-sorted reading
 
-@issue12("idx2 files are read in id (str) order; dataset order is id order")
 def test_dataset_order_is_id_order(tmp_path, F):
     view = R.iterator_view(speech_md(F), "abs", data_len=F + "/idx2wav_len", batch_size=5, is_descending=None)
     it = build(write_cfg(tmp_path, "test", "abs.Iterator", speech_md(F), data_len=F + "/idx2wav_len",
@@ -214,7 +208,6 @@ def test_dataset_order_is_id_order(tmp_path, F):
     assert [list(b) for b in it.batches] == view
 
 
-@issue12("idx2 files are read in id (str) order: order / rev_order select on id order")
 @pytest.mark.parametrize("rule", [["order", 0.5], ["rev_order", -4]])
 def test_position_selection_on_id_order(tmp_path, F, rule):
     view = R.iterator_view(speech_md(F), "abs", data_selection=rule, is_descending=None, batch_size=100)
@@ -229,7 +222,6 @@ def test_position_selection_on_id_order(tmp_path, F, rule):
 
 # ----------------------------------------------------------------------------- R4: lengths from len(text)
 
-@issue12("lengths from len(text) when data_len is absent (LM, text only)", raises=None)
 @pytest.mark.parametrize("desc", [True, False, None])
 def test_lm_block_from_text_lengths(tmp_path, LM, desc):
     view = R.iterator_view({"text": LM}, "block", batch_len=30, is_descending=desc)
@@ -239,7 +231,6 @@ def test_lm_block_from_text_lengths(tmp_path, LM, desc):
     assert_epochs(it, view, 0, True, None)
 
 
-@issue12("lengths from len(text): abs valid iterator without data_len sorts by len(text)")
 def test_lm_valid_sorted_by_text_length(tmp_path, LM):
     view = R.iterator_view({"text": LM}, "abs", batch_size=1)
     it = build(write_cfg(tmp_path, "valid", "abs.Iterator", {"text": LM}, batch_size=1, shuffle=False), "valid")
@@ -254,13 +245,7 @@ META_RULES = {
 }
 
 
-def _selection_mark(name):
-    if name.startswith("middle"):
-        return issue12("data_selection middle removes int((N - n) / 2) from each end; missing ids are kept")
-    return issue12("data_selection min/max keep ids missing from the metadata file")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_selection_mark(n)) for n in sorted(META_RULES)])
+@pytest.mark.parametrize("name", sorted(META_RULES))
 def test_meta_selection(tmp_path, F, name):
     mode, number = META_RULES[name]
     meta = F + "/idx2meta"
@@ -272,6 +257,7 @@ def test_meta_selection(tmp_path, F, name):
         "    main_data:", f"    data_selection: [{mode}, {number}, {meta}]\n      main_data:"))
     it = build(path, "train")
     assert sorted(uid for b in it.batches for uid in b) == sorted(uid for b in view for uid in b)
+    assert [list(b) for b in it.batches] == view        # the result is in id order, as SpeeChain's setdiff1d
 
 
 # ----------------------------------------------------------------------------- R10: ngpu
