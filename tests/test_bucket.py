@@ -94,6 +94,7 @@ def test_ngpu_sizes_are_divisible_in_every_epoch(small):
         assert sorted(flat(view)) == sorted(flat(iterator.epoch_view(1)))
 
 
+@pytest.mark.filterwarnings("ignore:.*ngpu:UserWarning")  # ngpu 1 on 2 ranks is the case under test
 def test_distributed_ranks_run_equal_steps_and_share_each_batch(small):
     full = bucket(small, batch_len=16000 * 4, seed=7)
     ranks = [bucket(small, batch_len=16000 * 4, seed=7, rank=r, world_size=2) for r in range(2)]
