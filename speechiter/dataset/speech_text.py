@@ -25,7 +25,9 @@ from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
+from speechiter.pitch import PitchExtractor, collate_pitch  # issue 12 R8 (pitch_conf)
 from speechiter.seeding import rng
+from speechiter.text import TextTransforms  # issue 12 R9 (use_g2p, unk_mask_prob)
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")
 #: speed factors are used as fractions num/den with den <= this
@@ -82,7 +84,8 @@ class SpeechTextDataset(Dataset):
 
     def dataset_init_fn(self, sample_rate: Optional[int] = None, use_speed_perturb: bool = False,
                         perturb_range: Sequence[float] = (0.9, 1.0, 1.1),
-                        feat_conf: Union[dict, str, None] = None):
+                        feat_conf: Union[dict, str, None] = None,
+                        pitch_conf: Optional[dict] = None, use_g2p: bool = False, unk_mask_prob: float = 0.0):
         unknown = [k for k in self.main_data if k not in KNOWN_KEYS]
         if unknown:
             raise ConfigError("main_data", f"unknown data name {unknown[0]!r}; SpeechTextDataset reads "
@@ -102,6 +105,9 @@ class SpeechTextDataset(Dataset):
         self.feat_extractor = self._feat_extractor(feat_conf, sample_rate)
         # audio is read at this rate (resampled if stored at another one)
         self.read_rate = self.feat_extractor.sample_rate if self.feat_extractor else sample_rate
+        # --- issue 12 R8/R9: speechiter/pitch.py, speechiter/text.py
+        self.pitch = PitchExtractor.from_conf(pitch_conf, sample_rate, "feat" in self.main_data, feat_conf)
+        self.text_transforms = TextTransforms.from_options(use_g2p, unk_mask_prob, "text" in self.main_data)
 
     def _feat_extractor(self, feat_conf, sample_rate) -> Optional[LogMel]:
         conf = load_feat_conf(feat_conf)
@@ -131,12 +137,16 @@ class SpeechTextDataset(Dataset):
         for key, value in main_data.items():
             if key == "feat":
                 item["feat"] = self._read_feat(uid, value)
+                if self.pitch is not None:  # issue 12 R8: f0 of the waveform read (and perturbed)
+                    item["pitch"] = self.pitch(item["feat"], uid)
             elif key == "spk_feat":
                 item["spk_feat"] = self._read(key, uid, read_vector, value)
             elif key == "duration":
                 item["duration"] = self._parse_duration(uid, value)
             else:
                 item[key] = value
+        if self.text_transforms is not None:  # issue 12 R9: use_g2p, then unk_mask_prob
+            self.text_transforms(uid, item)
         return item
 
     def _read(self, key: str, uid: str, reader, *args):
@@ -179,6 +189,8 @@ class SpeechTextDataset(Dataset):
                 batch["feat"], batch["feat_len"] = pad_stack(values, np.float32), feat_len
             elif key == "spk_feat":
                 batch[key] = np.stack(values).astype(np.float32, copy=False)
+            elif key == "pitch":  # issue 12 R8
+                batch.update(collate_pitch(values))
             elif key == "duration":
                 for name, value in collate_values(key, values):
                     batch[name] = value
@@ -186,3 +198,10 @@ class SpeechTextDataset(Dataset):
             else:
                 batch[key] = list(values)
         return batch
+
+
+def __getattr__(name):  # issue 12 R10: lives in random_spk.py (a subclass; imported lazily, no import cycle)
+    if name == "RandomSpkFeatDataset":
+        from speechiter.dataset.random_spk import RandomSpkFeatDataset
+        return RandomSpkFeatDataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
