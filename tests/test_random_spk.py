@@ -1,6 +1,9 @@
 """speech_text.RandomSpkFeatDataset: a balanced reference speaker per utterance (issue 12, R10)."""
+import gc
+import multiprocessing.resource_tracker
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -164,7 +167,7 @@ def test_mixup_averages_and_joins_sorted_ids(tts_set):
 
 
 @pytest.mark.timeout(180)
-def test_same_batches_for_any_worker_count_thread_process_and_resume(tts_set):
+def test_same_batches_for_any_worker_count_thread_process_and_resume(tts_set, stop_resource_tracker):
     root, spk_feat = tts_set
     config = write_config(root, spk_feat, use_aver_feat="false")
     plan, batches, _ = load(config, epoch=2)
@@ -176,6 +179,20 @@ def test_same_batches_for_any_worker_count_thread_process_and_resume(tts_set):
         assert other_plan == plan and summary(other) == reference, (num_workers, thread_type, start_method)
     resumed_plan, resumed, _ = load(config, 2, 4, num_workers=2)
     assert resumed_plan == plan[4:] and summary(resumed) == reference[4:]
+
+
+@pytest.fixture
+def stop_resource_tracker():
+    """'spawn' starts Python's resource tracker, which outlives the test; stop it afterwards, as
+    tests/sequence/conftest.py does, so that later "no child processes" checks hold."""
+    yield
+    tracker = multiprocessing.resource_tracker._resource_tracker
+    if getattr(tracker, "_fd", None) is not None:
+        for thread in threading.enumerate():
+            if thread.name == "QueueFeederThread":
+                thread.join(5.0)
+        gc.collect()
+        tracker._stop()
 
 
 def test_text_weight_and_model_name():
