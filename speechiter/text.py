@@ -126,14 +126,24 @@ def mask_words(tokens: Sequence[str], durations: Optional[Sequence[float]], flag
     return text, duration
 
 
-def is_token_list(text: Any) -> bool:
-    return isinstance(text, str) and text.startswith("[") and text.endswith("]")
+def is_token_list(value: Any) -> bool:
+    """Whether ``value`` is a token list as Python writes one (``['a', 'b']``).
+
+    Stricter than SpeeChain (any ``[...]``): a transcript such as
+    ``[noise] hello [laugh]`` stays a string here.
+    """
+    return isinstance(value, str) and (value == "[]" or (value[:2] in ("['", '["') and value[-2:] in ("']", '"]')))
 
 
-def parse_token_list(text: str) -> List[str]:
-    """SpeeChain's token-list text ``"['<space>', 'HH', 'AH0']"``: the items
-    between the brackets split at ``", "``, one pair of surrounding ``'`` removed."""
-    return [t[1:-1] if len(t) > 1 and t.startswith("'") and t.endswith("'") else t for t in text[1:-1].split(", ")]
+def parse_token_list(value: str) -> List[str]:
+    """``"['<space>', 'HH', 'AH0']"`` -> ``['<space>', 'HH', 'AH0']``, as
+    SpeeChain: strip the brackets, split at ``", "``, remove one pair of
+    single quotes around each token (a token holding ``'`` keeps its double
+    quotes, as Python's repr wrote them)."""
+    body = value[1:-1]
+    if not body:
+        return []
+    return [t[1:-1] if len(t) >= 2 and t[0] == "'" and t[-1] == "'" else t for t in body.split(", ")]
 
 
 def num_words(tokens: Sequence[str]) -> int:

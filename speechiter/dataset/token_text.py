@@ -13,28 +13,8 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from speechiter.plan import Column
+from speechiter.text import SPACE, is_token_list, parse_token_list  # noqa: F401 (re-exported)
 
-SPACE = "<space>"
-
-
-def is_token_list(value: str) -> bool:
-    """Whether ``value`` is a token list as Python writes one (``['a', 'b']``).
-
-    Stricter than SpeeChain (any ``[...]``): a transcript such as
-    ``[noise] hello [laugh]`` stays a string here.
-    """
-    return value == "[]" or (value[:2] in ("['", '["') and value[-2:] in ("']", '"]'))
-
-
-def parse_token_list(value: str) -> List[str]:
-    """``"['<space>', 'HH', 'AH0']"`` -> ``['<space>', 'HH', 'AH0']``, as
-    SpeeChain: strip the brackets, split at ``", "``, remove one pair of
-    single quotes around each token (a token holding ``'`` keeps its double
-    quotes, as Python's repr wrote them)."""
-    body = value[1:-1]
-    if not body:
-        return []
-    return [t[1:-1] if len(t) >= 2 and t[0] == "'" and t[-1] == "'" else t for t in body.split(", ")]
 
 
 def parse_durations(value: str) -> np.ndarray:
