@@ -6,7 +6,6 @@ import re
 import subprocess
 import sys
 import timeit
-from pathlib import Path
 
 import pytest
 
@@ -126,16 +125,14 @@ def test_dump_ids_come_from_batch_ids(tmp_path, corpus):
 
 # --- the handbook's examples, run as written ------------------------------------------------------
 HANDBOOK = REPO / "handbook.md"
-DRAFT = Path("/work/parity/handbook_loop.md")  # the draft, until the sections are pasted into handbook.md
 
 
 def handbook_code(heading: str) -> str:
     """The first python block of the handbook section ``heading``."""
-    for source in (HANDBOOK, DRAFT):
-        if source.is_file() and f"\n{heading}\n" in source.read_text():
-            section = source.read_text().split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
-            return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    pytest.skip(f"handbook.md has no section {heading!r} yet")
+    text = HANDBOOK.read_text()
+    assert f"\n{heading}\n" in text, f"handbook.md has no section {heading!r}"
+    section = text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
 def run_example(code: str, tmp_path, *launcher, timeout=240):
