@@ -9,7 +9,7 @@ all show.
 
 The same layout is what tests/parity/test_rules.py's expected values were
 computed on with SpeeChain's own iterator classes (see
-/work/parity/speechain_rules.md, "How the expected values were obtained").
+tests/parity/RULES.md, "How the expected values were obtained").
 """
 from __future__ import annotations
 

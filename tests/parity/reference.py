@@ -1,7 +1,7 @@
 """Reference implementation of SpeeChain's batching rules (issue 12).
 
 Written for speechiter's parity suite from the rules in
-/work/parity/speechain_rules.md; no SpeeChain code is copied. numpy and the
+tests/parity/RULES.md; no SpeeChain code is copied. numpy and the
 standard library only, and no speechiter import, so the implementation under
 test cannot leak into its own oracle.
 

@@ -7,7 +7,7 @@ unless named, calling build_loader(1), build_loader(2), ... on one iterator as i
 torch.distributed.get_rank / get_world_size were stubbed for the rank cases (every rank seed 0).
 The configuration of each case is spelled out in test_rules.py (CASES). "view" is
 iterator.batches after __init__, "epochs"[e-1] the batch_sampler of build_loader(e).
-See /work/parity/speechain_rules.md for the procedure.
+See tests/parity/RULES.md for the procedure.
 """
 
 OBSERVED = {'abs_bs1_ngpu2': {'epochs': [[[], ['z9', 'B3'], [], ['c4', 'u10'], [], ['u2', 'u3'], [], ['u12', 'u07'], [],

@@ -1,7 +1,7 @@
 """SpeechTextDataset against SpeeChain's dataset rules (issue 12, R4, R6, R7), on real files.
 
 Expected values come from tests/parity/reference.py (parse_token_list,
-trim_spaces, text_lengths) and from the rules in /work/parity/speechain_rules.md,
+trim_spaces, text_lengths) and from the rules in tests/parity/RULES.md,
 worked examples included.
 """
 import warnings

@@ -3,7 +3,7 @@
 Expected values are literals: speechain_observed.py holds the batches that
 SpeeChain's iterator classes produced on corpus.py's corpus (how: see its
 docstring), and the small unit tests below are computed by hand from the
-rules in /work/parity/speechain_rules.md. Nothing here imports speechiter.
+rules in tests/parity/RULES.md. Nothing here imports speechiter.
 """
 import os
 
