@@ -46,8 +46,10 @@ class MSequence:
 
     Arguments follow MDNC's ``MSequence``; the keyword-only ones are speechiter's:
     ``batches`` (a list of id lists) replaces the default plan, ``timeout`` is
-    the most seconds to wait for one batch, ``start_method`` the
-    multiprocessing start method ('fork' by default on Linux, or 'spawn').
+    the most seconds to wait for one batch (also for one built in the main
+    process, see NOTE [ Inline timeout ] in watchdog.py), ``start_method`` the
+    multiprocessing start method ('spawn' by default, see NOTE [ Start method ]
+    in start.py; 'fork' or 'forkserver').
     """
 
     def __init__(self, worker, dset_size=None, num_workers=4, num_converters=None, batch_size=32,

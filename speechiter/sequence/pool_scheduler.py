@@ -53,10 +53,11 @@ def start_scheduler(factory, *, num_workers: int, thread_type: str, start_method
     ``out_type`` must be resolved already (see convert.resolve_out_type).
     """
     if num_workers == 0:
-        return InlineScheduler(factory, out_type)
+        return InlineScheduler(factory, out_type, timeout)
     if thread_type == "thread":
         pool, slots = ThreadPool(factory, num_workers), None
     else:
+        shm.reclaim_stale()  # See NOTE [ Stale segments ] in shm/stale.py
         prefix = shm.session_prefix()
         slots = shm.SlotTable(prefix, buffer)
         pool = ProcPool(factory, num_workers, prefix, start_method)

@@ -15,6 +15,7 @@ import time
 import warnings
 from typing import Any, List, Optional, Protocol, Tuple
 
+from speechiter.sequence.start import start_method_for
 from speechiter.sequence.taskpipe import TaskPipe
 from speechiter.sequence.workers import Stop, describe_exit, proc_worker_loop, thread_worker_loop
 
@@ -51,8 +52,10 @@ class ProcPool:
     """``num_workers`` worker processes, a task pipe each, a result pipe each."""
 
     def __init__(self, factory, num_workers: int, prefix: str, start_method: Optional[str] = None):
-        ctx = multiprocessing.get_context(start_method)
-        self._done = ctx.Event()
+        ctx = multiprocessing.get_context(start_method_for(factory, start_method))
+        # Readable for every worker once close() writes to it. A pipe, not an Event: a
+        # semaphore would start Python's resource tracker process with 'spawn'.
+        self._done, self._done_writer = ctx.Pipe(duplex=False)
         self._task_pipes, self._readers, self._procs = [], [], []
         try:
             for wid in range(num_workers):
@@ -123,7 +126,11 @@ class ProcPool:
 
         Every process has ended when it returns. See NOTE [ Shutdown order ] in pool_scheduler.py.
         """
-        self._done.set()
+        if not self._done_writer.closed:
+            try:
+                self._done_writer.send_bytes(b"")  # never read: it stays readable for every worker
+            except OSError:
+                pass  # every worker is gone already
         for tasks in self._task_pipes:
             tasks.send(Stop())
         deadline = time.monotonic() + STOP_GRACE_S
@@ -141,6 +148,8 @@ class ProcPool:
             tasks.close()
         for reader in self._readers:
             reader.close()
+        self._done.close()
+        self._done_writer.close()
         for proc in self._procs:
             if proc.pid is not None and proc.exitcode is not None:
                 proc.close()

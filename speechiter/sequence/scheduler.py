@@ -23,7 +23,8 @@ import weakref
 from typing import Iterator, List, Optional, Sequence
 
 from speechiter.sequence.convert import Converter, hand_over
-from speechiter.sequence.fetch import Task, fetch
+from speechiter.sequence.fetch import Task, describe_ids, fetch
+from speechiter.sequence.watchdog import BatchExpired, call_with_time_limit
 
 
 class Run:
@@ -82,12 +83,14 @@ class Scheduler:
 
 
 class InlineScheduler(Scheduler):
-    """Builds every batch in the calling thread (start_test(), num_workers=0)."""
+    """Builds every batch in the calling thread (start_test(), num_workers=0),
+    each within ``timeout`` seconds: see NOTE [ Inline timeout ] in watchdog.py."""
 
-    def __init__(self, factory, out_type: str):
+    def __init__(self, factory, out_type: str, timeout: float):
         super().__init__()
         self._indexer = factory()
         self._convert = Converter(out_type)
+        self._timeout = timeout
 
     def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()) -> Iterator:
         self._check_open()
@@ -95,7 +98,14 @@ class InlineScheduler(Scheduler):
         return self._generate(self._run)
 
     def _take(self, run: Run, i: int):
-        batch, event = self._convert(fetch(self._indexer, run.tasks[i]))
+        task = run.tasks[i]
+        try:
+            raw = call_with_time_limit(self._timeout, fetch, self._indexer, task)
+        except BatchExpired as error:  # its traceback shows where the build was stuck
+            raise TimeoutError(f"no batch after waiting {self._timeout:g} s (timeout={self._timeout:g}) for "
+                               f"batch {task.position} built in the main process (num_workers=0), "
+                               f"ids {describe_ids(task.ids)}") from error
+        batch, event = self._convert(raw)
         return hand_over(batch, event, self._convert.device)
 
     def close(self) -> None:

@@ -6,7 +6,6 @@ builds which batch) and its own indexer, built once by calling the user's
 a :class:`Done` or a :class:`Failed`; they never raise across the boundary.
 The pools that run them are in pools.py.
 """
-import os
 import pickle
 import queue
 import signal
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from speechiter.sequence.fetch import Task, fetch
+from speechiter.sequence.lifeline import die_with_parent, orphaned
 from speechiter.sequence.shm import SlotRef, SlotWriter, leftover_segments, unlink_segment
 
 # The longest any wait of the msequence engine blocks before it checks on the other
@@ -93,7 +93,13 @@ def describe_exit(exitcode: Optional[int]) -> str:
 
 
 def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
-    """The loop of one worker process. Module level, so 'spawn' can import it."""
+    """The loop of one worker process. Module level, so 'spawn' can import it.
+
+    ``done`` is the read end of the pool's done pipe: readable once the pool closes.
+    ``parent_pid``: the process that starts the workers. See NOTE [ Parent death ] in lifeline.py.
+    """
+    if not die_with_parent(parent_pid):
+        return
     # Ctrl-C goes to the whole process group: the main process handles it and
     # ends the workers (see NOTE [ Shutdown order ] in pool_scheduler.py); workers stay quiet.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -106,17 +112,18 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
         except Exception as error:
             results.send(_failure(None, wid, error))
             return
-        while not done.is_set():
+        while not done.poll():
             if not tasks.poll(POLL_S):
-                if os.getppid() != parent_pid:
-                    # Orphaned: the main process died without cleaning up. Each worker
-                    # sweeps the session's segments as it leaves; the last one gets all.
+                if orphaned(parent_pid):
+                    # The main process died without cleaning up (where the kernel did not
+                    # end us, see lifeline.py). Each worker sweeps the session's segments
+                    # as it leaves; the last one gets all.
                     for name in leftover_segments(prefix):
                         unlink_segment(name)
                     return
                 continue
             msg = tasks.recv()
-            if isinstance(msg, Stop) or done.is_set():
+            if isinstance(msg, Stop) or done.poll():
                 return
             reply = _build(msg, indexer, wid, writer)
             try:

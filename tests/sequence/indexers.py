@@ -129,3 +129,23 @@ class Unpicklable:
 
     def __getitem__(self, ids):
         return {"x": np.asarray(ids), "fn": lambda: None}
+
+
+class Stuck:
+    """Appends its pid to ``marker`` and then blocks for good at id 5: in time.sleep, or in a
+    read(2) of a pipe nobody writes to (a C call)."""
+
+    def __init__(self, marker, how="sleep"):
+        self.marker = marker
+        self.how = how
+
+    def __getitem__(self, ids):
+        if 5 in list(ids):
+            with open(self.marker, "a") as file:
+                file.write(f"{os.getpid()}\n")
+            if self.how == "sleep":
+                time.sleep(600)
+            else:
+                read_end, _ = os.pipe()
+                os.read(read_end, 1)
+        return np.asarray(ids)

@@ -228,7 +228,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 @pytest.mark.timeout(60)
-def test_workers_exit_and_clean_up_when_the_main_process_dies(tmp_path):
+def test_workers_exit_and_segments_are_reclaimed_when_the_main_process_dies(tmp_path, caplog):
     import os
     import subprocess
     import sys
@@ -248,11 +248,15 @@ def test_workers_exit_and_clean_up_when_the_main_process_dies(tmp_path):
         except psutil.NoSuchProcess:
             return False
 
-    # Waiting for the orphans to notice (they poll every 0.25 s), not covering a race.
+    # Waiting for the kernel to kill them (PR_SET_PDEATHSIG), not covering a race.
     deadline = time.monotonic() + 10
     while any(map(alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(map(alive, pids))
+    # Killed workers cannot clean up: the next pool reclaims the segments (NOTE [ Stale segments ]).
+    from speechiter.sequence.shm import reclaim_stale
+    with caplog.at_level("WARNING", logger="speechiter"):
+        reclaim_stale()
     assert [name for name in os.listdir("/dev/shm") if name.startswith(f"speechiter_{main_pid}_")] == []
 
 

@@ -11,13 +11,15 @@ out. Array payloads are never pickled and buffers are not allocated per batch.
 - segments.py: POSIX segments, the session prefix, leftover cleanup;
 - pack.py: the pack format (Packer, ArrayRef, Packed, SlotReader) and the
   in-place Arena behind speechiter.batch_memory.batch_empty;
-- slots.py: the slot table (main side) and the slot writer (worker side).
+- slots.py: the slot table (main side) and the slot writer (worker side);
+- stale.py: segment owners, and reclaiming the segments of crashed runs.
 """
 from speechiter.sequence.shm.pack import Arena, ArrayRef, Packed, Packer, SlotReader, torch_module
 from speechiter.sequence.shm.segments import (close_map, create_segment, leftover_segments, open_segment,
                                               session_prefix, unlink_segment)
 from speechiter.sequence.shm.slots import SHARE_MIN_BYTES, SlotRef, SlotTable, SlotWriter
+from speechiter.sequence.shm.stale import reclaim_stale
 
 __all__ = ["Arena", "ArrayRef", "Packed", "Packer", "SHARE_MIN_BYTES", "SlotReader", "SlotRef", "SlotTable",
            "SlotWriter", "close_map", "create_segment", "leftover_segments",
-           "open_segment", "session_prefix", "torch_module", "unlink_segment"]
+           "open_segment", "reclaim_stale", "session_prefix", "torch_module", "unlink_segment"]

@@ -6,7 +6,9 @@ Segments are created and unlinked with ``_posixshmem`` directly, not with
 segment with the resource tracker of the process that opens it, which warns
 about and double-unlinks segments created in one process and unlinked in
 another. Here the main process alone unlinks, and every segment name starts
-with the session prefix ``speechiter_<main pid>_<token>_``, so
+with the session prefix ``speechiter_<owner>_<token>_`` (the owner is the main
+process: pid, start time, pid namespace; see NOTE [ Stale segments ] in
+stale.py, which reclaims those of crashed runs), so
 :meth:`SlotTable.close` can also remove segments it never heard of (a worker
 killed between creating a segment and reporting it) by listing /dev/shm
 after the workers have ended. See NOTE [ Shutdown order ] in pool_scheduler.py.
@@ -15,6 +17,8 @@ import mmap
 import os
 import secrets
 from typing import List, Optional
+
+from speechiter.sequence.shm.stale import owner_tag
 
 try:
     import _posixshmem
@@ -26,7 +30,7 @@ _SHM_DIR = "/dev/shm"
 
 def session_prefix() -> str:
     """A name prefix unique to one started sequence of this process."""
-    return f"speechiter_{os.getpid()}_{secrets.token_hex(3)}_"
+    return f"speechiter_{owner_tag()}_{secrets.token_hex(3)}_"
 
 
 def check_available() -> None:
