@@ -10,6 +10,7 @@ import yaml
 
 from speechiter.config import (DataConfig, IteratorSpec, SpeechLoader, check_groups, config_dir,
                                iter_specs, load_config, parse_override)
+from speechiter.build import build_iterators
 from speechiter.errors import ConfigError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "config"
@@ -547,3 +548,62 @@ def test_ref_bounds_hold_inside_data_cfg_too(tmp_path):
     error = config_error(tmp_path, "\n".join(lines) + "\ntrain: {type: block.BlockIterator, conf: {p: !ref <k5><k5>}}\n"
                          f"valid: {ITER}\n")
     assert "longer than 1,000,000 characters" in str(error)
+
+
+# ------------------------------------------------- option checks at build time
+
+def build_train(tmp_path, corpus, overrides):
+    recipe = write(tmp_path, f"""\
+        train:
+          type: block.BlockIterator
+          conf:
+            dataset_type: speech_text.SpeechTextDataset
+            dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}
+            data_len: {corpus}/idx2wav_len
+            batch_len: 40000
+        valid: {{type: abs.Iterator, conf: {{dataset_type: speech_text.SpeechTextDataset,
+                 dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}}}}}
+        """)
+    return build_iterators(load_config(recipe, overrides), num_workers=0, groups=("train",))["train"]
+
+
+@pytest.mark.parametrize("option, expected", [
+    ("shuffle", "true or false"), ("pin_memory", "true or false"), ("distributed", "true or false"),
+    ("is_descending", "true, false or null"), ("dataset_conf.use_speed_perturb", "true or false"),
+    ("dataset_conf.feat_conf.remove_dc_offset", "true or false"),
+])
+@pytest.mark.parametrize("value", ['"yes"', "1", "0", '"false"'])
+def test_every_boolean_option_refuses_strings_and_numbers(tmp_path, corpus, option, expected, value):
+    overrides = [f"train.conf.{option}={value}"]
+    if "feat_conf" in option:
+        overrides.insert(0, "train.conf.dataset_conf.feat_conf={sample_rate: 16000}")
+    with pytest.raises(ConfigError) as error:
+        build_train(tmp_path, corpus, overrides)
+    shown = value.strip('"')
+    shown = repr(shown) if value.startswith('"') else shown
+    assert str(error.value) == f"data_cfg.train.conf.{option}: expected {expected}, got {shown}"
+
+
+def test_boolean_options_accept_booleans(tmp_path, corpus):
+    iterator = build_train(tmp_path, corpus, ["train.conf.shuffle=no", "train.conf.pin_memory=true",
+                                              "train.conf.is_descending=null",
+                                              "train.conf.dataset_conf.use_speed_perturb=true"])
+    assert iterator.shuffle is False and iterator.pin_memory is True and iterator.is_descending is None
+    assert iterator.dataset.use_speed_perturb is True
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("value", ["1e12", "1000000000000", "4500001"])
+def test_huge_batches_per_epoch_is_refused_with_the_reason(tmp_path, corpus, value):
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as error:
+        build_train(tmp_path, corpus, [f"train.conf.batches_per_epoch={value}"])
+    assert time.monotonic() - started < 10
+    message = str(error.value)
+    assert message.startswith("data_cfg.train.conf.batches_per_epoch: expected at most 4500000 here, got ")
+    assert "an epoch's plan is built in memory" in message and "10,000,000" in message
+
+
+def test_large_batches_per_epoch_under_the_bound_still_plans(tmp_path, corpus):
+    iterator = build_train(tmp_path, corpus, ["train.conf.batches_per_epoch=100000"])  # 10,000 passes
+    assert len(iterator.build_loader(2)) == 100000

@@ -21,7 +21,7 @@ import numpy as np
 
 from speechiter.arrays import read_vector
 from speechiter.audio import read_feat, resample, resampled_length
-from speechiter.checks import check_optional_int
+from speechiter.checks import check_bool, check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.errors import ConfigError, DataError
@@ -103,7 +103,7 @@ class SpeechTextDataset(Dataset):
             if is_kaldi_segments(source):
                 read_wav_scp(os.path.join(os.path.dirname(source), "wav.scp"))
         self.sample_rate = sample_rate
-        self.use_speed_perturb = bool(use_speed_perturb)
+        self.use_speed_perturb = check_bool(use_speed_perturb, "use_speed_perturb")
         self.perturb_range = [float(f) for f in factors]
         self.feat_extractor = self._feat_extractor(feat_conf, sample_rate)
         # audio is read at this rate (resampled if stored at another one)
