@@ -32,7 +32,7 @@ import torch
 import yaml
 
 from speechiter.audio import PCM16_SCALE
-from speechiter.checks import check_int, check_number
+from speechiter.checks import check_bool, check_int, check_number
 from speechiter.config import SpeechLoader
 from speechiter.errors import ConfigError
 from speechiter.registry import check_keywords
@@ -108,7 +108,7 @@ class LogMel:
         if not self.low_freq < self.high_freq <= nyquist:
             raise ConfigError(f"{w}.high_freq", f"need low_freq < high_freq <= {nyquist:g} (Nyquist), got "
                                                 f"low_freq={low_freq}, high_freq={high_freq}")
-        self.remove_dc_offset = bool(remove_dc_offset)
+        self.remove_dc_offset = check_bool(remove_dc_offset, f"{w}.remove_dc_offset")
         self._window = torch.from_numpy(self._window_function())
         self._banks = torch.from_numpy(self._mel_banks())
 

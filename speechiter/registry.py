@@ -16,9 +16,11 @@ Appending (not prepending) keeps it from shadowing installed modules.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import sys
+import traceback
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -43,6 +45,26 @@ def _import(module_name: str, path: str):
         raise ConfigError(path, f"importing {module_name} failed: {_describe(error)}") from error
     except Exception as error:  # an ImportError, SyntaxError ... inside the module
         raise ConfigError(path, f"importing {module_name} failed: {_describe(error)}") from error
+    except SystemExit as error:  # sys.exit() at import time; Ctrl-C (KeyboardInterrupt) still stops
+        raise ConfigError(path, f"importing {module_name} ({_module_file(module_name)}) failed: the module "
+                                f"called sys.exit({error.code!r}) while being imported"
+                                f"{_called_at(error)}") from error
+
+
+def _module_file(module_name: str) -> str:
+    """The file a module is imported from, or its name when that cannot be told."""
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (Exception, SystemExit):  # a parent package that fails (or exits) again
+        spec = None
+    return getattr(spec, "origin", None) or module_name
+
+
+def _called_at(error: BaseException) -> str:
+    """`` (at file:line)``: the innermost Python frame of a traceback."""
+    frames = traceback.extract_tb(error.__traceback__)
+    frames = [frame for frame in frames if not frame.filename.startswith("<frozen")]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def _describe(error: BaseException) -> str:

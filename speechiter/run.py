@@ -21,7 +21,7 @@ from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, policy_of
 from speechiter.iterator.abs import Iterator
 from speechiter.report import RunReport
-from speechiter.state import LoaderState, RunState, fingerprint, read_json, write_json_atomic
+from speechiter.state import LoaderState, RunState, check_step, fingerprint, read_json, write_json_atomic
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,23 +78,30 @@ class Run:
         if "train" in iterators and policy_of(iterators["train"]) != "shortest":
             configs["train.steps"] = policy_of(iterators["train"])  # shortest keeps the saved fingerprints
         self.config_fingerprint = fingerprint(configs)
+        self.settings = {label: it.config_summary for label, it in flat_iterators(iterators)}
 
     def state(self, epoch: int, step: int) -> RunState:
         """The train run's state when ``step`` steps of ``epoch`` are done."""
         train = iterators_of(self.iterators["train"])
         loaders = {str(name): LoaderState.of(it, epoch, step) for name, it in train.items()}
-        return RunState(epoch=epoch, step=step, seed=self.args.seed, config=self.config_fingerprint, iterators=loaders)
+        return RunState(epoch=epoch, step=step, seed=self.args.seed, config=self.config_fingerprint, iterators=loaders,
+                        settings=self.settings)
 
     def resume(self, path: str):
         """Set start_epoch / start_step from a --save_state file, after checking it fits this run."""
         path = rank_path(path, self.rank) if self.args.distributed else path
         saved = RunState.from_dict(read_json(path, "--resume"), "--resume")
         saved.check_fits(self.state(saved.epoch, saved.step), "--resume", path)
-        for name, it in iterators_of(self.iterators["train"]).items():
+        train = iterators_of(self.iterators["train"])
+        for name, it in train.items():
             where = f"--resume {path}: iterator {name or 'train'}"
             if str(name) not in saved.iterators:
-                raise ConfigError(where, "expected a state dict, got NoneType")
+                raise ConfigError(where, f"missing from the state, which has {', '.join(saved.iterators) or 'none'}")
             saved.iterators[str(name)].check_fits(it, where)
+        check_step(saved.step, min(len(it) for it in train.values()), saved.epoch, "--resume.step")
+        if saved.epoch > self.args.epochs:
+            print(f"speechiter: {path} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
+                  file=sys.stderr)
         self.args.start_epoch, self.args.start_step = saved.epoch, saved.step
 
     def save_state(self, epoch: int, step: int):
@@ -244,6 +251,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("speechiter: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as e:  # sys.exit() in user code (a dataset hook ...): not the end of a finished run
+        if args.debug:
+            traceback.print_exc()
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        print(f"speechiter: error: sys.exit({e.code!r}) was called{where} before the run ended"
+              + ("" if args.debug else " (run with --debug for the traceback)"), file=sys.stderr)
+        return 1
     except Exception as e:  # any other failure: exit 1, one line unless --debug
         if args.debug:
             traceback.print_exc()

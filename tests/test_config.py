@@ -2,6 +2,7 @@
 import copy
 import pickle
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import yaml
 
 from speechiter.config import (DataConfig, IteratorSpec, SpeechLoader, check_groups, config_dir,
                                iter_specs, load_config, parse_override)
+from speechiter.build import build_iterators
 from speechiter.errors import ConfigError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "config"
@@ -440,3 +442,168 @@ def test_override_errors_in_exp_cfg_file(tmp_path):
 def test_override_can_break_structure_and_is_reported(tmp_path):
     error = config_error(tmp_path, TRAIN_VALID, ["train.conf=3"])
     assert error.path == "data_cfg.train.conf" and "got int 3" in error.message
+
+
+# ------------------------------------------------- duplicate keys, alias bombs
+
+def test_duplicate_key_names_both_lines_and_the_file(tmp_path):
+    error = config_error(tmp_path, """\
+        train:
+          type: block.BlockIterator
+          conf: {batch_len: 10}
+          type: piece.PieceIterator
+        valid: {type: block.BlockIterator}
+        """)
+    assert str(error).startswith(f"{tmp_path / 'cfg.yaml'}:4:3: duplicate key 'type', first on line 2")
+
+
+@pytest.mark.parametrize("text, where", [
+    ("a: {x: 1, x: 2}\n" + TRAIN_VALID, ":1:11: duplicate key 'x', first on line 1"),  # flow mapping, one line
+    ("a: 1\na: 2\n" + TRAIN_VALID, ":2:1: duplicate key 'a', first on line 1"),  # a variable
+    ("a: !tuple (1, 2)\n" + TRAIN_VALID + "valid: {type: x.Y}\n", ":4:1: duplicate key 'valid', first on line 3"),
+], ids=["flow-mapping", "variable", "group"])
+def test_duplicate_keys_anywhere(tmp_path, text, where):
+    assert where in str(config_error(tmp_path, text))
+
+
+def test_merge_keys_may_still_be_overridden(tmp_path):
+    cfg = load(tmp_path, """\
+        base: &base {batch_len: 10, shuffle: true}
+        mid: &mid
+          <<: *base
+          batch_len: 20
+        train: {type: block.BlockIterator, conf: {<<: *mid, shuffle: false}}
+        valid: {type: block.BlockIterator, conf: {q: {<<: *mid, batch_len: 5}}}
+        """)
+    assert cfg["train"]["conf"] == {"batch_len": 20, "shuffle": False}
+    assert cfg["valid"]["conf"]["q"] == {"batch_len": 5, "shuffle": True}
+    assert cfg.variables["mid"] == {"batch_len": 20, "shuffle": True}
+
+
+def billion_laughs(levels=9, width=9):
+    lines = [f"l0: &l0 [{', '.join(['lol'] * width)}]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n" + TRAIN_VALID
+
+
+@pytest.mark.timeout(30)
+def test_alias_bomb_is_refused_quickly(tmp_path):
+    started = time.monotonic()
+    error = config_error(tmp_path, billion_laughs())
+    assert time.monotonic() - started < 3
+    assert "expands to more than 1,000,000 values" in str(error) and str(error).startswith(str(tmp_path))
+
+
+def flow_laughs(levels=9, width=9):
+    """A billion laughs as flow items: ``&l0 [lol, ...], &l1 [*l0, ...], ...``."""
+    items = [f"&l0 [{', '.join(['lol'] * width)}]"]
+    items += [f"&l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return ", ".join(items)
+
+
+@pytest.mark.timeout(30)
+def test_alias_bomb_in_an_override_or_a_tuple_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="expands to more than 1,000,000 values"):
+        load(tmp_path, TRAIN_VALID, [f"x=[{flow_laughs()}]"])
+    started = time.monotonic()
+    error = config_error(tmp_path, f'a: !tuple "({flow_laughs()})"\n' + TRAIN_VALID)
+    assert time.monotonic() - started < 3
+    assert "cannot read the items of !tuple" in str(error)
+
+
+def test_moderate_aliases_still_load(tmp_path):
+    cfg = load(tmp_path, billion_laughs(levels=4))  # 9^4 values
+    assert len(cfg.variables["l3"]) == 9 and cfg.variables["l3"][8][8][8][8] == "lol"
+
+
+def test_recursive_alias_is_refused(tmp_path):
+    error = config_error(tmp_path, "a: &a [1, *a]\n" + TRAIN_VALID)
+    assert str(error).endswith("cfg.yaml:1:4: an alias refers to a value that contains it (a recursive alias)")
+
+
+def test_deep_nesting_is_a_config_error(tmp_path):
+    error = config_error(tmp_path, "a: " + "[" * 3000 + "]" * 3000 + "\n" + TRAIN_VALID)
+    assert "nested too deeply" in str(error)
+
+
+@pytest.mark.timeout(30)
+def test_ref_copies_are_bounded(tmp_path):
+    big = ", ".join(["1"] * 2000)
+    refs = ", ".join(["!ref <a>"] * 600)  # 1.2 million values once copied
+    started = time.monotonic()
+    error = config_error(tmp_path, f"a: [{big}]\nb: [{refs}]\n" + TRAIN_VALID)
+    assert time.monotonic() - started < 10
+    assert str(error).startswith("b.") and "would build more than 1,000,000 values" in str(error)
+
+
+@pytest.mark.timeout(30)
+def test_ref_string_growth_is_bounded(tmp_path):
+    lines = ["k0: " + "x" * 150] + [f"k{i}: !ref {f'<k{i - 1}>' * 10}" for i in range(1, 8)]
+    error = config_error(tmp_path, "\n".join(lines) + "\n" + TRAIN_VALID)
+    assert str(error).startswith("k4: !ref <k3><k3>") and "longer than 1,000,000 characters" in str(error)
+
+
+def test_ref_bounds_hold_inside_data_cfg_too(tmp_path):
+    lines = ["k0: " + "x" * 100] + [f"k{i}: !ref {f'<k{i - 1}>' * 10}" for i in range(1, 6)]
+    error = config_error(tmp_path, "\n".join(lines) + "\ntrain: {type: block.BlockIterator, conf: {p: !ref <k5><k5>}}\n"
+                         f"valid: {ITER}\n")
+    assert "longer than 1,000,000 characters" in str(error)
+
+
+# ------------------------------------------------- option checks at build time
+
+def build_train(tmp_path, corpus, overrides):
+    recipe = write(tmp_path, f"""\
+        train:
+          type: block.BlockIterator
+          conf:
+            dataset_type: speech_text.SpeechTextDataset
+            dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}
+            data_len: {corpus}/idx2wav_len
+            batch_len: 40000
+        valid: {{type: abs.Iterator, conf: {{dataset_type: speech_text.SpeechTextDataset,
+                 dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}}}}}
+        """)
+    return build_iterators(load_config(recipe, overrides), num_workers=0, groups=("train",))["train"]
+
+
+@pytest.mark.parametrize("option, expected", [
+    ("shuffle", "true or false"), ("pin_memory", "true or false"), ("distributed", "true or false"),
+    ("is_descending", "true, false or null"), ("dataset_conf.use_speed_perturb", "true or false"),
+    ("dataset_conf.feat_conf.remove_dc_offset", "true or false"),
+])
+@pytest.mark.parametrize("value", ['"yes"', "1", "0", '"false"'])
+def test_every_boolean_option_refuses_strings_and_numbers(tmp_path, corpus, option, expected, value):
+    overrides = [f"train.conf.{option}={value}"]
+    if "feat_conf" in option:
+        overrides.insert(0, "train.conf.dataset_conf.feat_conf={sample_rate: 16000}")
+    with pytest.raises(ConfigError) as error:
+        build_train(tmp_path, corpus, overrides)
+    shown = value.strip('"')
+    shown = repr(shown) if value.startswith('"') else shown
+    assert str(error.value) == f"data_cfg.train.conf.{option}: expected {expected}, got {shown}"
+
+
+def test_boolean_options_accept_booleans(tmp_path, corpus):
+    iterator = build_train(tmp_path, corpus, ["train.conf.shuffle=no", "train.conf.pin_memory=true",
+                                              "train.conf.is_descending=null",
+                                              "train.conf.dataset_conf.use_speed_perturb=true"])
+    assert iterator.shuffle is False and iterator.pin_memory is True and iterator.is_descending is None
+    assert iterator.dataset.use_speed_perturb is True
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("value", ["1e12", "1000000000000", "3000001"])
+def test_huge_batches_per_epoch_is_refused_with_the_reason(tmp_path, corpus, value):
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as error:
+        build_train(tmp_path, corpus, [f"train.conf.batches_per_epoch={value}"])
+    assert time.monotonic() - started < 10
+    message = str(error.value)
+    assert message.startswith("data_cfg.train.conf.batches_per_epoch: expected at most 3000000 here, got ")
+    assert "an epoch's plan is built in memory" in message and "10,000,000" in message
+
+
+def test_large_batches_per_epoch_under_the_bound_still_plans(tmp_path, corpus):
+    iterator = build_train(tmp_path, corpus, ["train.conf.batches_per_epoch=100000"])  # 10,000 passes
+    assert len(iterator.build_loader(2)) == 100000

@@ -237,7 +237,9 @@ def test_leaving_an_epoch_early_then_continuing(tmp_path, corpus, settings):
         assert [checksum(b) for b in iterator.build_loader(epoch=2)] == expected
     finally:
         speechiter.build.close_all(iterators)
-    assert psutil.Process().children() == []
+    # spawned workers start Python's resource tracker, which lives as long as this process: not a worker
+    leftover = [c for c in psutil.Process().children() if "resource_tracker" not in " ".join(c.cmdline())]
+    assert leftover == []
 
 
 VALID_GROUP = """

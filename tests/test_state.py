@@ -1,18 +1,30 @@
-"""Tests for speechiter.state: the state records round-trip and name the bad key."""
+"""Tests for speechiter.state: the state records round-trip, name the bad key, say what changed."""
 import json
-from types import SimpleNamespace
 
 import pytest
 
+from speechiter import build_iterators, load_config
 from speechiter.config import iterator_label
 from speechiter.errors import ConfigError
 from speechiter.loader import Loader
-from speechiter.state import LoaderState, RunState, Stateful
+from speechiter.state import LoaderState, RunState, Stateful, settings_summary, summary_differences
 
 
-def fake_iterator(name="train/sup", seed=0, batches=(("a", "b"), ("c",))):
-    return SimpleNamespace(name=name, seed=seed, config_fingerprint="cfg", batches=[list(b) for b in batches],
-                           view_fingerprint=lambda: "view")
+class FakeIterator:
+    def __init__(self, name="train/sup", seed=0, batches=(("a", "b"), ("c",)), summary=None):
+        self.name, self.seed, self.config_fingerprint = name, seed, "cfg"
+        self.batches = [list(b) for b in batches]
+        self.config_summary = summary
+
+    def view_fingerprint(self):
+        return "view"
+
+    def __len__(self):
+        return len(self.batches)
+
+
+def fake_iterator(**kwargs):
+    return FakeIterator(**kwargs)
 
 
 def run_state(epoch=2, step=1):
@@ -23,17 +35,17 @@ def run_state(epoch=2, step=1):
 def test_loader_state_keeps_the_saved_format():
     state = LoaderState.of(fake_iterator(), 2, 1)
     saved = state.to_dict()
-    assert saved == {"version": 1, "iterator": "train/sup", "epoch": 2, "step": 1, "seed": 0, "config": "cfg",
-                     "view": "view", "batches": 2}
+    assert saved == {"version": 2, "iterator": "train/sup", "epoch": 2, "step": 1, "seed": 0, "config": "cfg",
+                     "view": "view", "batches": 2, "settings": None}
     assert LoaderState.from_dict(json.loads(json.dumps(saved))) == state
 
 
 def test_run_state_round_trips_through_json():
     state = run_state()
     saved = json.loads(json.dumps(state.to_dict()))
-    assert set(saved) == {"version", "mode", "epoch", "step", "seed", "config", "iterators"}
+    assert set(saved) == {"version", "mode", "epoch", "step", "seed", "config", "iterators", "settings"}
     assert set(saved["iterators"]["sup"]) == {"version", "iterator", "epoch", "step", "seed", "config", "view",
-                                              "batches"}
+                                              "batches", "settings"}
     assert RunState.from_dict(saved) == state
 
 
@@ -43,7 +55,17 @@ def test_run_state_round_trips_through_json():
     (lambda d: d.update(iterators=[]), "--resume.iterators: expected a mapping of iterator states, got list"),
     (lambda d: d["iterators"]["sup"].pop("view"), "--resume.iterators.sup: missing keys view"),
     (lambda d: d.update(extra=1), "--resume: unknown keys extra; a run state has version, mode"),
-    (lambda d: d.update(version=2), "--resume: state version 2 is not supported (expected 1)"),
+    (lambda d: d.update(version=3), "--resume.version: state version 3 is not supported (expected 1 or 2)"),
+    (lambda d: d.update(version=True), "--resume.version: state version True is not supported"),
+    (lambda d: d.update(step="7"), "--resume.step: expected a non-negative integer, got '7'"),
+    (lambda d: d.update(epoch=2 ** 40), "--resume.epoch: expected at most 2147483647, got 1099511627776"),
+    (lambda d: d.update(seed="0"), "--resume.seed: expected an integer, got '0'"),
+    (lambda d: d.update(config=None), "--resume.config: expected a string, got None"),
+    (lambda d: d.update(settings=[1]), "--resume.settings: expected a mapping of iterator settings"),
+    (lambda d: d["iterators"]["sup"].update(step=0), "--resume.iterators.sup.step: is 0 but the run's step is 1"),
+    (lambda d: d["iterators"]["sup"].update(epoch=1), "--resume.iterators.sup.epoch: is 1 but the run's epoch is 2"),
+    (lambda d: d["iterators"]["sup"].update(settings="x"), "--resume.iterators.sup.settings: expected a mapping"),
+    (lambda d: d["iterators"].update(sup=[1]), "--resume.iterators.sup: expected a state dict, got list"),
 ])
 def test_run_state_names_the_bad_key(change, message):
     saved = run_state().to_dict()
@@ -60,6 +82,84 @@ def test_check_fits_says_what_differs():
     with pytest.raises(ConfigError, match="number of batches: saved 2, now 1"):
         saved.iterators["sup"].check_fits(fake_iterator(batches=[["a"]]))
     saved.iterators["sup"].check_fits(fake_iterator())
+
+
+def test_run_state_from_a_list_is_a_config_error():
+    with pytest.raises(ConfigError, match="^--resume: expected a state dict, got list$"):
+        RunState.from_dict([1, 2], "--resume")
+
+
+def test_step_past_the_end_of_the_epoch_is_refused():
+    state = LoaderState.of(fake_iterator(), 1, 3)  # the epoch has 2 batches
+    with pytest.raises(ConfigError, match=r"^state.step: epoch 1 has 2 steps, got step 3"):
+        state.check_fits(fake_iterator())
+    LoaderState.of(fake_iterator(), 1, 2).check_fits(fake_iterator())  # 2: the epoch is done
+
+
+def test_version_1_states_still_load():
+    saved = run_state().to_dict()
+    saved["version"] = saved["iterators"]["sup"]["version"] = 1
+    del saved["settings"], saved["iterators"]["sup"]["settings"]
+    state = RunState.from_dict(saved)
+    assert state.settings is None and state.iterators["sup"].settings is None
+    state.iterators["sup"].check_fits(fake_iterator())
+    with pytest.raises(ConfigError, match=r"configuration: saved 'cfg', now 'other'"):  # no summary: the hashes
+        other = fake_iterator(summary={"batch_len": 1})
+        other.config_fingerprint = "other"
+        state.iterators["sup"].check_fits(other)
+
+
+def test_settings_summary_is_flat_small_and_readable():
+    summary = settings_summary({"type": "block.BlockIterator", "dataset_conf": {"main_data": {"feat": "a"}},
+                                "iter_conf": {"batch_len": 480000}, "data_len": ["x" * 200], "group_info": None})
+    assert summary == {"type": "block.BlockIterator", "dataset_conf.main_data.feat": "a", "batch_len": 480000,
+                       "data_len": summary["data_len"], "group_info": None}
+    assert summary["data_len"].startswith("digest ")
+    many = settings_summary({"dataset_conf": {f"k{i}": i for i in range(100)}})
+    assert list(many) == ["dataset_conf"] and many["dataset_conf"].startswith("digest ")
+    assert summary_differences({"batch_len": 480000, "a": 1}, {"batch_len": 160000, "b": "x"}) == [
+        "a: saved 1, now unset", "b: saved unset, now \"x\"", "batch_len: saved 480000, now 160000"]
+
+
+def write_recipe(tmp_path, corpus, batch_len):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"""
+train:
+  type: block.BlockIterator
+  conf:
+    dataset_type: speech_text.SpeechTextDataset
+    dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}
+    data_len: {corpus}/idx2wav_len
+    batch_len: {batch_len}
+valid:
+  type: abs.Iterator
+  conf:
+    dataset_type: speech_text.SpeechTextDataset
+    dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}
+""")
+    return recipe
+
+
+def train_iterator(tmp_path, corpus, batch_len):
+    return build_iterators(load_config(write_recipe(tmp_path, corpus, batch_len)), num_workers=0,
+                           groups=("train",))["train"]
+
+
+def test_loader_state_says_which_setting_changed(tmp_path, corpus):
+    saved = train_iterator(tmp_path, corpus, 48000).build_loader(1).state_dict()
+    assert saved["settings"]["batch_len"] == 48000
+    loader = train_iterator(tmp_path, corpus, 16000).build_loader(1)
+    with pytest.raises(ConfigError) as error:
+        loader.load_state_dict(json.loads(json.dumps(saved)))
+    message = str(error.value)
+    assert message.endswith("(configuration: batch_len: saved 48000, now 16000; number of batches: saved 6, now 14)")
+
+
+def test_loader_state_with_a_step_past_the_epoch_is_refused(tmp_path, corpus):
+    loader = train_iterator(tmp_path, corpus, 48000).build_loader(1)
+    saved = dict(loader.state_dict(), step=len(loader) + 1)
+    with pytest.raises(ConfigError, match=rf"^state.step: epoch 1 has {len(loader)} steps, got step {len(loader) + 1}"):
+        loader.load_state_dict(saved)
 
 
 def test_loader_is_stateful():

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from speechiter.audio import resample, resampled_length
-from speechiter.checks import check_optional_int
+from speechiter.checks import check_bool, check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.dataset.speech_files import read_speech, read_stored
@@ -128,7 +128,7 @@ class SpeechTextDataset(Dataset):
         if not rate_given and conf is not None and conf.get("sample_rate") is not None:
             sample_rate = conf["sample_rate"]  # feat_conf's rate stands in for the default
         self.sample_rate = sample_rate
-        self.use_speed_perturb = bool(use_speed_perturb)
+        self.use_speed_perturb = check_bool(use_speed_perturb, "use_speed_perturb")
         self.perturb_range = [float(f) for f in factors]
         self.feat_extractor = self._feat_extractor(conf, sample_rate)
         # audio is read at this rate (resampled if stored at another one)

@@ -28,7 +28,10 @@ from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_
                                       is_vectorised, vectorised)
 from speechiter.plan import Column, SortedIds
 from speechiter.seeding import stream_id
-from speechiter.state import fingerprint, view_fingerprint
+from speechiter.state import fingerprint, settings_summary, view_fingerprint
+
+#: the fewest utterance slots an epoch's plan may always hold (see check_plan_size)
+MIN_PLAN_LIMIT = 10_000_000
 
 
 class Iterator:
@@ -82,11 +85,14 @@ class Iterator:
         self.engine_settings = EngineSettings(kind=engine, num_workers=num_workers, thread_type=thread_type,
                                               start_method=start_method, out_type=out_type, buffer=buffer)
         self.seed = int(seed)
+        if is_descending is not None and not isinstance(is_descending, (bool, np.bool_)):
+            raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
         self.is_descending = is_descending
         self.shuffle = check_bool(shuffle, "shuffle")
         self._shuffle = EpochShuffle(self.seed)
         self.evaluation = check_bool(evaluation, "evaluation")
-        self.pin_memory = pin_memory
+        self.pin_memory = check_bool(pin_memory, "pin_memory")
+        distributed = check_bool(distributed, "distributed")
         if is_descending not in (True, False, None):
             raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
         self.name = name or type(self).__name__
@@ -108,13 +114,16 @@ class Iterator:
         view = self._generate_view(sort_ids(self.dataset.get_data_index(), lengths, is_descending), iter_conf)
         self.rank, self.world_size = resolve_rank(distributed, rank, world_size)
         self._set_view(self._distribute(view))
-        self.config_fingerprint = fingerprint({
-            "type": f"{type(self).__module__}.{type(self).__qualname__}",
-            "dataset": f"{type(self.dataset).__module__}.{type(self.dataset).__qualname__}",
-            "dataset_conf": dataset_conf, "batches_per_epoch": batches_per_epoch, "data_len": data_len,
-            "group_info": group_info, "is_descending": is_descending, "shuffle": shuffle, "ngpu": ngpu,
-            "rank": self.rank, "world_size": self.world_size, "iter_conf": iter_conf,
-            **({"evaluation": True} if self.evaluation and self.world_size > 1 else {})})
+        check_plan_size(self.batches_per_epoch, self._view)
+        settings = {"type": f"{type(self).__module__}.{type(self).__qualname__}",
+                    "dataset": f"{type(self.dataset).__module__}.{type(self.dataset).__qualname__}",
+                    "dataset_conf": dataset_conf, "batches_per_epoch": batches_per_epoch, "data_len": data_len,
+                    "group_info": group_info, "is_descending": is_descending, "shuffle": shuffle, "ngpu": ngpu,
+                    "rank": self.rank, "world_size": self.world_size, "iter_conf": iter_conf,
+                    **({"evaluation": True} if self.evaluation and self.world_size > 1 else {})}
+        self.config_fingerprint = fingerprint(settings)
+        # the same settings, readable: saved in state files to say what changed (see speechiter.state)
+        self.config_summary = settings_summary(settings)
         self._engine: Optional[Engine] = None
         self._engine_finalizer: Optional[weakref.finalize] = None
 
@@ -278,3 +287,23 @@ class Iterator:
                 f"mean_batch={int(sizes.sum()) / len(sizes):.1f}, max_batch={int(sizes.max())}, "
                 f"shuffle={self.shuffle}, seed={self.seed}, ngpu={self.ngpu}, "
                 f"num_workers={self.engine_settings.num_workers})")
+
+
+def check_plan_size(batches_per_epoch: Optional[int], view: BatchView) -> None:
+    """Refuse a batches_per_epoch whose plan would not fit in memory.
+
+    Each epoch's plan is built in memory (the seeded shuffle permutes all of
+    it), batches_per_epoch times the mean batch size utterance slots. It may
+    hold up to 10 passes over the view, and at least MIN_PLAN_LIMIT slots
+    (a few hundred MB) for a small corpus: 1e12 batches would need terabytes.
+    """
+    if batches_per_epoch is None:
+        return
+    utterances, batches = len(view.ids), len(view)
+    limit = max(10 * utterances, MIN_PLAN_LIMIT)
+    if batches_per_epoch * utterances > limit * batches:  # batches_per_epoch * mean batch size > limit
+        mean = utterances / batches
+        raise ConfigError("batches_per_epoch", f"expected at most {limit * batches // utterances} here, got "
+                          f"{batches_per_epoch}: an epoch's plan is built in memory and {batches_per_epoch} "
+                          f"batches of {mean:.3g} utterances would hold {batches_per_epoch * mean:.3g}; the "
+                          f"limit is 10 passes over the {utterances} utterances of the view, or {MIN_PLAN_LIMIT:,}")
