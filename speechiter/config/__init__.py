@@ -145,8 +145,8 @@ def _inside_groups(raw: dict, text: str) -> bool:
     """Whether an override's key points inside the data groups (``data_cfg.x``, ``train.x`` ...)."""
     key = text.split("=", 1)[0].strip() if isinstance(text, str) else ""
     parts = key.split(".")
-    return (parts[0] == "data_cfg" and len(parts) > 1) or (parts[0] in GROUPS and not isinstance(raw.get(parts[0]), dict)
-                                                           and (len(parts) > 1 or parts[0] not in raw))
+    in_group = parts[0] in GROUPS and not isinstance(raw.get(parts[0]), dict) and (len(parts) > 1 or parts[0] not in raw)
+    return (parts[0] == "data_cfg" and len(parts) > 1) or in_group
 
 
 def _data_cfg_path(value: str, exp_source: Path) -> Path:
@@ -156,7 +156,7 @@ def _data_cfg_path(value: str, exp_source: Path) -> Path:
     target = Path(rooted) if rooted is not None else exp_source.parent / Path(value).expanduser()
     if not target.is_file():
         rule = ("relative to $SPEECHAIN_ROOT" if rooted is not None else
-                "absolute" if Path(value).expanduser().is_absolute() else f"relative to the exp_cfg's folder")
+                "absolute" if Path(value).expanduser().is_absolute() else "relative to the exp_cfg's folder")
         what = "is a folder, not a YAML file" if target.is_dir() else "no such file"
         raise ConfigError("data_cfg", f"{value!r} ({rule}): {target} {what}")
     return target
