@@ -22,7 +22,8 @@ RUN_SETTINGS = ("seed", "ngpu", "num_workers", "pin_memory", "distributed", "ran
                 "thread_type", "out_type", "buffer", "start_method")
 
 
-def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, **settings) -> Dict[str, Any]:
+def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[int] = None, groups=None,
+                    **settings) -> Dict[str, Any]:
     """Build every iterator of ``data_cfg`` (from :func:`speechiter.load_config`).
 
     Returns ``{"train": Iterator | {name: Iterator}, "valid": ..., "test": {set: Iterator | {name: Iterator}}}``
@@ -31,18 +32,27 @@ def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, 
     iterators are built with ``evaluation=True`` (see Iterator). ``settings`` are
     further Iterator arguments for every iterator: ngpu, engine, thread_type, start_method,
     out_type, buffer, distributed, rank, world_size, pin_memory.
+
+    ``seed``, ``num_workers`` and ``ngpu`` left out come from the exp_cfg's top level
+    (``DataConfig.settings``: seed, ngpu, ``<group>_num_workers`` or num_workers), else 0, 1 and 1.
     """
     unknown = sorted(set(settings) - set(RUN_SETTINGS))
     if unknown:
         raise TypeError(f"build_iterators() got unexpected settings {', '.join(unknown)}; "
                         f"accepted: {', '.join(RUN_SETTINGS)}")
     folder = config_dir(data_cfg)
+    exp = getattr(data_cfg, "settings", {})
+    seed = exp.get("seed", 0) if seed is None else seed
+    if "ngpu" in exp:
+        settings.setdefault("ngpu", exp["ngpu"])
     result: Dict[str, Any] = {}
     try:
         for spec in iter_specs(data_cfg):
             if groups is not None and spec.group not in groups:
                 continue
-            runtime = dict(settings, seed=seed, num_workers=num_workers, evaluation=spec.group != "train")
+            workers = exp.get(f"{spec.group}_num_workers", exp.get("num_workers", 1)) if num_workers is None \
+                else num_workers
+            runtime = dict(settings, seed=seed, num_workers=workers, evaluation=spec.group != "train")
             iterator = build_one(spec, runtime, folder)
             _place(result, spec, iterator)
     except BaseException:
@@ -54,8 +64,8 @@ def build_iterators(data_cfg, seed: int = 0, num_workers: int = 1, groups=None, 
 def build_one(spec, runtime: Dict[str, Any], folder: Optional[Path]) -> Iterator:
     extra_dirs = [str(folder)] if folder else []
     cls = resolve_class("iterator", spec.type, f"{spec.path}.type", base=Iterator, extra_dirs=extra_dirs)
-    conf = _resolve_paths(dict(spec.conf), folder)
     conf_path = f"{spec.path}.conf"
+    conf = _resolve_paths(_rooted_paths(dict(spec.conf), conf_path), folder)
     if "dataset_type" not in conf:
         raise ConfigError(f"{conf_path}.dataset_type", "missing; every iterator needs dataset_type: file.Class "
                                                        "(e.g. speech_text.SpeechTextDataset)")
@@ -155,6 +165,65 @@ def _without(func, *names):
     stand_in.__signature__ = signature.replace(parameters=params)
     stand_in.__qualname__ = getattr(func, "__qualname__", "function")
     return stand_in
+
+
+def speechain_root_path(value) -> Optional[str]:
+    """SpeeChain's rule (parse_path_args): with $SPEECHAIN_ROOT set, a relative path that does not start
+    with '.' is ``$SPEECHAIN_ROOT/value``. None otherwise (absolute, './x', '../x', unset, not a string)."""
+    root = os.environ.get("SPEECHAIN_ROOT")
+    if not root or not isinstance(value, str) or not value or os.path.isabs(value) or value.startswith("."):
+        return None
+    return os.path.join(root, value)
+
+
+# The file options of a conf, by place (see NOTE [ SPEECHAIN_ROOT ] in the handbook):
+# (dict key chain, shape): "files": a path or a list; "dict": {name: path or list}; "selection": rules.
+_FILE_OPTIONS = ((("data_len",), "files"), (("group_info",), "dict"), (("dataset_conf", "main_data"), "dict"),
+                 (("dataset_conf", "spk_feat"), "files"), (("dataset_conf", "feat_conf"), "files"),
+                 (("dataset_conf", "data_selection"), "selection"))
+
+
+def _rooted_paths(conf: Dict[str, Any], conf_path: str) -> Dict[str, Any]:
+    """``conf`` with the relative file options joined to $SPEECHAIN_ROOT (speechain_root_path); each joined
+    file must exist, and the error names the rule."""
+    if not os.environ.get("SPEECHAIN_ROOT"):
+        return conf
+
+    def rooted(value, where):
+        path = speechain_root_path(value)
+        if path is None:
+            return value
+        if not os.path.exists(path):
+            raise ConfigError(where, f"file not found: {path} ({value!r} is relative to $SPEECHAIN_ROOT="
+                                     f"{os.environ['SPEECHAIN_ROOT']}; write ./{value} for the current folder)")
+        return path
+
+    def files(value, where):
+        if isinstance(value, list):
+            return [rooted(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return rooted(value, where)
+
+    conf = dict(conf)
+    for keys, shape in _FILE_OPTIONS:
+        parent = conf
+        for key in keys[:-1]:
+            if not isinstance(parent.get(key), dict):
+                parent = None
+                break
+            parent[key] = parent = dict(parent[key])
+        if parent is None or parent.get(keys[-1]) is None:
+            continue
+        value, where = parent[keys[-1]], f"{conf_path}.{'.'.join(keys)}"
+        if shape == "files":
+            parent[keys[-1]] = files(value, where)
+        elif shape == "dict" and isinstance(value, dict):
+            parent[keys[-1]] = {k: files(v, f"{where}.{k}") for k, v in value.items()}
+        elif shape == "selection" and isinstance(value, list) and value:
+            rules = value if isinstance(value[0], (list, tuple)) else [value]
+            rules = [[*r[:2], rooted(r[2], f"{where}[{i}]")] + list(r[3:]) if isinstance(r, (list, tuple))
+                     and len(r) > 2 else r for i, r in enumerate(rules)]
+            parent[keys[-1]] = rules if isinstance(value[0], (list, tuple)) else rules[0]
+    return conf
 
 
 def _resolve_paths(value, folder: Optional[Path]):

@@ -32,14 +32,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=1, help="number of the last epoch (SpeeChain's num_epochs)")
     parser.add_argument("--start_epoch", type=int, default=1)
     parser.add_argument("--start_step", type=int, default=0, help="steps of the first epoch to skip (resume)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num_workers", type=int, default=1, help="0 loads in the main process")
+    parser.add_argument("--seed", type=int, help="default: the exp_cfg's seed, else 0")
+    parser.add_argument("--num_workers", type=int, help="0 loads in the main process (default: the exp_cfg's "
+                        "<group>_num_workers or num_workers, else 1)")
     parser.add_argument("--engine", choices=("msequence", "inline", "torch"), default="msequence")
     parser.add_argument("--thread_type", choices=("proc", "thread"), default="proc")
     parser.add_argument("--start_method", choices=("fork", "spawn", "forkserver"),
                         help="how process workers start (default: fork on Linux)")
     parser.add_argument("--out_type", default="cpu", help="cpu, cuda, cuda:N or null")
-    parser.add_argument("--ngpu", type=int, default=1, help="make every batch divisible by ngpu")
+    parser.add_argument("--ngpu", type=int, help="make every batch divisible by ngpu (default: the exp_cfg's, else 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value (dotted key, YAML value); repeatable")
     parser.add_argument("--dump_batches", metavar="FILE", help="write one JSON line per loaded batch")
@@ -56,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("epochs", "start_epoch"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: expected a positive integer, got {getattr(args, name)}")
-    if args.start_step < 0 or args.num_workers < 0 or args.ngpu < 1:
+    if args.start_step < 0 or (args.num_workers or 0) < 0 or (args.ngpu or 1) < 1:
         parser.error("--start_step and --num_workers must be >= 0 and --ngpu >= 1")
     return args
 
@@ -201,7 +202,9 @@ def run(args) -> int:
         raise ConfigError("data_cfg", f"--mode {mode} needs a {mode} group; the file has {', '.join(data_cfg)}")
     rank, world_size = _init_distributed(args) if args.distributed else (0, 1)
     groups = ("train", "valid") if mode == "train" else ("test",)
-    iterators = build_iterators(data_cfg, seed=args.seed, num_workers=args.num_workers, groups=groups,
+    explicit_workers = args.num_workers
+    _apply_exp_settings(args, data_cfg.settings, mode)
+    iterators = build_iterators(data_cfg, seed=args.seed, num_workers=explicit_workers, groups=groups,
                                 engine=args.engine, thread_type=args.thread_type, out_type=args.out_type,
                                 start_method=args.start_method,
                                 ngpu=args.ngpu, rank=rank, world_size=world_size)
@@ -225,6 +228,15 @@ def run(args) -> int:
         for line in run_.report.notes():
             print(line)
     return 0
+
+
+def _apply_exp_settings(args, settings: dict, mode: str):
+    """Flags the user left out take the exp_cfg's seed / ngpu / num_workers (per group in build_iterators;
+    ``args.num_workers`` shows the ``mode`` group's in the report)."""
+    args.seed = settings.get("seed", 0) if args.seed is None else args.seed
+    args.ngpu = settings.get("ngpu", 1) if args.ngpu is None else args.ngpu
+    if args.num_workers is None:
+        args.num_workers = settings.get(f"{mode}_num_workers", settings.get("num_workers", 1))
 
 
 def _init_distributed(args):

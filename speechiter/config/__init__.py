@@ -25,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
+from speechiter.checks import check_int
 from speechiter.config.groups import (ALLOWED_COMBINATIONS, GROUPS, IteratorSpec, check_groups, iter_specs,
                                       iterator_label)
 from speechiter.config.overrides import apply_override, parse_override
@@ -44,12 +45,23 @@ class DataConfig(dict):
     ``variables``: the resolved top-level keys other than the groups. A
     variable whose ``!ref`` cannot be resolved (e.g. in train_cfg, which the
     data layer ignores) keeps that ``!ref`` text as a string.
+
+    ``settings``: run settings an exp_cfg gives at top level (``seed``, ``ngpu``,
+    ``num_workers``, ``{train,valid,test}_num_workers``), checked integers;
+    build_iterators and the CLI use them where the caller gives no value.
     """
 
-    def __init__(self, groups=(), source: Path | None = None, variables: dict | None = None):
+    def __init__(self, groups=(), source: Path | None = None, variables: dict | None = None,
+                 settings: dict | None = None):
         super().__init__(groups)
         self.source = source
         self.variables = variables if variables is not None else {}
+        self.settings = settings if settings is not None else {}
+
+
+# exp_cfg top-level keys that are run settings, with their minimum (SpeeChain's runner arguments).
+EXP_SETTINGS = {"seed": 0, "ngpu": 1, "num_workers": 0, "train_num_workers": 0, "valid_num_workers": 0,
+                "test_num_workers": 0}
 
 
 def config_dir(data_cfg: dict) -> Path | None:
@@ -73,11 +85,15 @@ def _read_raw(path: Path) -> dict:
     return raw
 
 
-def load_config(path, overrides: Iterable[str] = ()) -> DataConfig:
+def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> DataConfig:
     """Load a recipe (exp_cfg or bare data_cfg) and return its checked data groups.
 
     ``overrides`` are ``dotted.key=value`` strings applied before ``!ref``
     resolution, so overriding a variable reaches every ``!ref`` to it.
+
+    An exp_cfg's ``data_cfg:`` may be the path of a data_cfg file (SpeeChain):
+    that file is loaded with its own variables (the overrides of its groups go
+    to it), and the exp_cfg's run settings are kept (see DataConfig).
     """
     source = Path(path).expanduser().absolute()
     raw = _read_raw(source)
@@ -85,12 +101,23 @@ def load_config(path, overrides: Iterable[str] = ()) -> DataConfig:
     if not groups_under_data_cfg and not any(key in raw for key in GROUPS):
         raise ConfigError("data_cfg", f"{source} has no data groups: expected train / valid / "
                           "test at top level or under a data_cfg key")
-    if isinstance(overrides, str):
-        overrides = [overrides]
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+    forwarded = []
     for text in overrides:
-        apply_override(raw, text, groups_under_data_cfg)
+        if groups_under_data_cfg and isinstance(raw.get("data_cfg"), str) and _inside_groups(raw, text):
+            forwarded.append(text)  # meant for the data_cfg file
+        else:
+            apply_override(raw, text, groups_under_data_cfg)
 
     resolver = Resolver(raw, source.name)
+    settings = _exp_settings(raw, resolver) if groups_under_data_cfg else {}
+    if groups_under_data_cfg and isinstance(raw["data_cfg"], str):
+        target = _data_cfg_path(raw["data_cfg"], source)
+        if target.absolute() in (source, *_chain):
+            raise ConfigError("data_cfg", f"{raw['data_cfg']!r} loads {target}, which is already being loaded")
+        data_cfg = load_config(target, forwarded, (*_chain, source))
+        data_cfg.settings = {**data_cfg.settings, **settings}
+        return data_cfg
     if groups_under_data_cfg:
         data_node = raw["data_cfg"]
         if not isinstance(data_node, (dict, Ref)):
@@ -106,9 +133,39 @@ def load_config(path, overrides: Iterable[str] = ()) -> DataConfig:
         check_groups(group_keys, strays=[str(k) for k in variable_keys])
         resolved = {key: resolver.value(raw[key], f"data_cfg.{key}") for key in group_keys}
 
-    data_cfg = DataConfig(resolved, source=source)
+    data_cfg = DataConfig(resolved, source=source, settings=settings)
     iter_specs(data_cfg)
     data_cfg.variables = {key: resolver.cache[key] if key in resolver.cache
                           else resolver.value(raw[key], str(key), tolerant=True)
                           for key in variable_keys}
     return data_cfg
+
+
+def _inside_groups(raw: dict, text: str) -> bool:
+    """Whether an override's key points inside the data groups (``data_cfg.x``, ``train.x`` ...)."""
+    key = text.split("=", 1)[0].strip() if isinstance(text, str) else ""
+    parts = key.split(".")
+    in_group = parts[0] in GROUPS and not isinstance(raw.get(parts[0]), dict) and (len(parts) > 1 or parts[0] not in raw)
+    return (parts[0] == "data_cfg" and len(parts) > 1) or in_group
+
+
+def _data_cfg_path(value: str, exp_source: Path) -> Path:
+    """An exp_cfg's ``data_cfg: path``: $SPEECHAIN_ROOT-relative (SpeeChain), else relative to the exp_cfg's folder."""
+    from speechiter.build import speechain_root_path  # build imports this package
+    rooted = speechain_root_path(value)
+    target = Path(rooted) if rooted is not None else exp_source.parent / Path(value).expanduser()
+    if not target.is_file():
+        rule = ("relative to $SPEECHAIN_ROOT" if rooted is not None else
+                "absolute" if Path(value).expanduser().is_absolute() else "relative to the exp_cfg's folder")
+        what = "is a folder, not a YAML file" if target.is_dir() else "no such file"
+        raise ConfigError("data_cfg", f"{value!r} ({rule}): {target} {what}")
+    return target
+
+
+def _exp_settings(raw: dict, resolver: Resolver) -> dict:
+    """An exp_cfg's top-level run settings (EXP_SETTINGS), resolved and checked."""
+    settings = {}
+    for key, minimum in EXP_SETTINGS.items():
+        if key in raw and raw[key] is not None:
+            settings[key] = check_int(resolver.value(raw[key], key), key, minimum)
+    return settings

@@ -302,7 +302,6 @@ def test_block_ranks_with_fix_share_the_cumulative_shuffle(tmp_path, F):
 
 # ----------------------------------------------------------------------------- R11-R12: paths and exp_cfg
 
-@issue12("$SPEECHAIN_ROOT-relative paths in recipes", raises=None)
 def test_speechain_root_relative_paths(tmp_path, corpus_root, F, monkeypatch):
     md = {"feat": "librispeech/data/wav/train/idx2wav", "text": "librispeech/data/wav/train/idx2no-punc_text"}
     cfg_dir = tmp_path / "recipes"
@@ -318,7 +317,6 @@ def test_speechain_root_relative_paths(tmp_path, corpus_root, F, monkeypatch):
     assert [list(b) for b in it.batches] == view
 
 
-@issue12("exp_cfg whose data_cfg is the path of another YAML file", raises=None)
 def test_exp_cfg_with_data_cfg_path(tmp_path, F):
     data = write_cfg(tmp_path, "test", "abs.Iterator", speech_md(F), data_len=F + "/idx2wav_len", batch_size=4,
                      shuffle=False, name="test_data.yaml")
@@ -329,7 +327,6 @@ def test_exp_cfg_with_data_cfg_path(tmp_path, F):
                                                             batch_size=4)
 
 
-@issue12("exp_cfg ngpu: valid batch_size defaults to ngpu")
 def test_exp_cfg_ngpu_sets_valid_batch_size(tmp_path, F):
     exp = tmp_path / "exp.yaml"
     group = ("    type: abs.Iterator\n    conf:\n"
