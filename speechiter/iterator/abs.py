@@ -23,16 +23,12 @@ from speechiter.errors import ConfigError, DataError
 from speechiter.iterator.distributed import resolve_rank, share_view
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
 from speechiter.iterator.shuffle import EpochShuffle
-from speechiter.iterator.tasks import EpochTasks
+from speechiter.iterator.tasks import EpochTasks, check_plan_size
 from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches,
                                       is_vectorised, vectorised)
 from speechiter.plan import Column, SortedIds
 from speechiter.seeding import stream_id
 from speechiter.state import fingerprint, settings_summary, view_fingerprint
-
-#: the fewest utterance slots an epoch's plan may always hold (see check_plan_size)
-MIN_PLAN_LIMIT = 10_000_000
-
 
 class Iterator:
     """Base iterator: batches of a fixed number of utterances (``batch_size``).
@@ -287,23 +283,3 @@ class Iterator:
                 f"mean_batch={int(sizes.sum()) / len(sizes):.1f}, max_batch={int(sizes.max())}, "
                 f"shuffle={self.shuffle}, seed={self.seed}, ngpu={self.ngpu}, "
                 f"num_workers={self.engine_settings.num_workers})")
-
-
-def check_plan_size(batches_per_epoch: Optional[int], view: BatchView) -> None:
-    """Refuse a batches_per_epoch whose plan would not fit in memory.
-
-    Each epoch's plan is built in memory (the seeded shuffle permutes all of
-    it), batches_per_epoch times the mean batch size utterance slots. It may
-    hold up to 10 passes over the view, and at least MIN_PLAN_LIMIT slots
-    (a few hundred MB) for a small corpus: 1e12 batches would need terabytes.
-    """
-    if batches_per_epoch is None:
-        return
-    utterances, batches = len(view.ids), len(view)
-    limit = max(10 * utterances, MIN_PLAN_LIMIT)
-    if batches_per_epoch * utterances > limit * batches:  # batches_per_epoch * mean batch size > limit
-        mean = utterances / batches
-        raise ConfigError("batches_per_epoch", f"expected at most {limit * batches // utterances} here, got "
-                          f"{batches_per_epoch}: an epoch's plan is built in memory and {batches_per_epoch} "
-                          f"batches of {mean:.3g} utterances would hold {batches_per_epoch * mean:.3g}; the "
-                          f"limit is 10 passes over the {utterances} utterances of the view, or {MIN_PLAN_LIMIT:,}")

@@ -1,6 +1,8 @@
 """EpochTasks: one epoch's plan as the engine's tasks, each built when it is read."""
 from collections.abc import Sequence
+from typing import Optional
 
+from speechiter.errors import ConfigError
 from speechiter.iterator.view import BatchView
 from speechiter.seeding import batch_seed
 
@@ -38,3 +40,27 @@ class EpochTasks(Sequence):
 
     def __repr__(self):
         return f"EpochTasks(epoch {self.epoch}, steps {self.start + 1}..{self.stop})"
+
+
+#: the fewest utterance slots an epoch's plan may always hold (see check_plan_size)
+MIN_PLAN_LIMIT = 10_000_000
+
+
+def check_plan_size(batches_per_epoch: Optional[int], view: BatchView) -> None:
+    """Refuse a batches_per_epoch whose plan would not fit in memory.
+
+    Each epoch's plan is built in memory (the seeded shuffle permutes all of
+    it), batches_per_epoch times the mean batch size utterance slots. It may
+    hold up to 10 passes over the view, and at least MIN_PLAN_LIMIT slots
+    (a few hundred MB) for a small corpus: 1e12 batches would need terabytes.
+    """
+    if batches_per_epoch is None:
+        return
+    utterances, batches = len(view.ids), len(view)
+    limit = max(10 * utterances, MIN_PLAN_LIMIT)
+    if batches_per_epoch * utterances > limit * batches:  # batches_per_epoch * mean batch size > limit
+        mean = utterances / batches
+        raise ConfigError("batches_per_epoch", f"expected at most {limit * batches // utterances} here, got "
+                          f"{batches_per_epoch}: an epoch's plan is built in memory and {batches_per_epoch} "
+                          f"batches of {mean:.3g} utterances would hold {batches_per_epoch * mean:.3g}; the "
+                          f"limit is 10 passes over the {utterances} utterances of the view, or {MIN_PLAN_LIMIT:,}")
