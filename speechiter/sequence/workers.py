@@ -92,6 +92,15 @@ def describe_exit(exitcode: Optional[int]) -> str:
     return f"exit code {exitcode}"
 
 
+def _make_indexer(factory, wid: int, send):
+    """The worker's indexer, or None after sending the failure to build it."""
+    try:
+        return factory()
+    except Exception as error:
+        send(_failure(None, wid, error))
+        return None
+
+
 def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
     """The loop of one worker process. Module level, so 'spawn' can import it.
 
@@ -107,10 +116,8 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
         sys.modules["torch"].set_num_threads(1)
     writer = SlotWriter(prefix, wid)
     try:
-        try:
-            indexer = factory()
-        except Exception as error:
-            results.send(_failure(None, wid, error))
+        indexer = _make_indexer(factory, wid, results.send)
+        if indexer is None:
             return
         while not done.poll():
             if not tasks.poll(POLL_S):
@@ -139,10 +146,8 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
 
 def thread_worker_loop(wid, factory, tasks, results, done):
     """The loop of one worker thread: like proc_worker_loop, objects passed as they are."""
-    try:
-        indexer = factory()
-    except Exception as error:
-        results.put(_failure(None, wid, error))
+    indexer = _make_indexer(factory, wid, results.put)
+    if indexer is None:
         return
     while not done.is_set():
         try:
