@@ -14,6 +14,7 @@ from speechiter.errors import ConfigError
 
 _INTS = (int, np.integer)
 _NUMBERS = (int, float, np.integer, np.floating)
+_MAX_INT = 2 ** 63 - 1  # every integer option is a count or a size: int64 holds it
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
@@ -34,8 +35,8 @@ def check_number(value: Any, where: str, minimum: Optional[float] = None, above:
 
     Returns the value unchanged (an int stays an int).
     """
-    if isinstance(value, bool) or not isinstance(value, _NUMBERS) or not math.isfinite(value):
-        raise ConfigError(where, f"expected a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, _NUMBERS) or not _finite(value):
+        raise ConfigError(where, f"expected a number, got {value!r}"[:200])
     if above is not None and not value > above:
         kind = "a positive number" if above == 0 else f"a number above {above}"
         raise ConfigError(where, f"expected {kind}, got {value!r}")
@@ -45,21 +46,29 @@ def check_number(value: Any, where: str, minimum: Optional[float] = None, above:
     return value
 
 
+def _finite(value) -> bool:
+    """math.isfinite; False for an int that no float can hold (10**400)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_positive_number(value: Any, where: str) -> float:
     return check_number(value, where, above=0)
 
 
 def check_int(value: Any, where: str, minimum: int = 1) -> int:
-    """A whole number ``>= minimum`` (1: positive, 0: non-negative); 3.0 is accepted as 3."""
+    """A whole number ``>= minimum`` (1: positive, 0: non-negative) that int64 holds; 3.0 is accepted as 3."""
     if minimum == 1:
         kind = "a positive integer"
     elif minimum == 0:
         kind = "a non-negative integer"
     else:
         kind = f"an integer >= {minimum}"
-    if (isinstance(value, bool) or not isinstance(value, _NUMBERS) or not math.isfinite(value)
-            or not float(value).is_integer() or value < minimum):
-        raise ConfigError(where, f"expected {kind}, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, _NUMBERS) or not _finite(value)
+            or not float(value).is_integer() or value < minimum or value > _MAX_INT):
+        raise ConfigError(where, f"expected {kind}, got {value!r}"[:200])
     return int(value)
 
 

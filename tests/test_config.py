@@ -601,9 +601,35 @@ def test_huge_batches_per_epoch_is_refused_with_the_reason(tmp_path, corpus, val
     assert time.monotonic() - started < 10
     message = str(error.value)
     assert message.startswith("data_cfg.train.conf.batches_per_epoch: expected at most 3000000 here, got ")
-    assert "an epoch's plan is built in memory" in message and "10,000,000" in message
+    assert "an epoch's plan is built in memory and may hold 10,000,000 utterances" in message
 
 
 def test_large_batches_per_epoch_under_the_bound_still_plans(tmp_path, corpus):
     iterator = build_train(tmp_path, corpus, ["train.conf.batches_per_epoch=100000"])  # 10,000 passes
     assert len(iterator.build_loader(2)) == 100000
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("!!int abc", ":1:4: cannot read 'abc' as !!int: invalid literal"),
+    ("2001-13-01", ":1:4: cannot read '2001-13-01' as !!timestamp: month must be in 1..12"),
+    ("[1, !!float x]", ":1:8: cannot read 'x' as !!float"),
+])
+def test_values_their_tag_cannot_hold_are_yaml_errors(tmp_path, value, expected):
+    assert expected in str(config_error(tmp_path, f"a: {value}\n" + TRAIN_VALID))
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("batch_len", "1" + "0" * 400, "batch_len: expected a positive number, got 1000"),  # no OverflowError
+    ("batches_per_epoch", "1" + "0" * 400, "batches_per_epoch: expected a positive integer, got 1000"),
+    ("batches_per_epoch", str(2 ** 63), "batches_per_epoch: expected a positive integer, got 9223372036854775808"),
+    ("batches_per_epoch", str(2 ** 63 - 1), "batches_per_epoch: expected at most 4500000 here"),
+    ("seed", "null", "seed: expected a non-negative integer, got None"),
+    ("seed", "-1", "seed: expected a non-negative integer, got -1"),
+    ("seed", "4294967296", "seed: expected at most 2147483647, got 4294967296"),
+], ids=["huge-int-number", "huge-int-integer", "int64-plus-1", "int64", "seed-null", "seed-negative",
+        "seed-huge"])
+def test_numeric_options_refuse_what_they_cannot_use(tmp_path, corpus, option, value, expected):
+    with pytest.raises(ConfigError) as error:
+        build_train(tmp_path, corpus, [f"train.conf.{option}={value}"])
+    assert str(error.value).startswith(f"data_cfg.train.conf.{expected}")
+    assert len(str(error.value)) < 400

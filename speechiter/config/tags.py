@@ -35,6 +35,17 @@ class Ref:
 class SpeechLoader(yaml.SafeLoader):
     """SafeLoader plus the SpeeChain tags and exponent floats such as ``2.4e7``."""
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """A value that its tag cannot hold (``!!int abc``, ``2001-13-01``) is a
+        YAML error at its place, not a bare ValueError."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, OverflowError) as error:
+            value = node.value if isinstance(node, yaml.ScalarNode) else "..."
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {value!r} as {node.tag.replace('tag:yaml.org,2002:', '!!')}: "
+                            f"{one_line(error)}"[:300], node.start_mark) from None
+
 
 # NOTE [ Exponent floats ]
 # YAML 1.1 (PyYAML) needs a dot and a signed exponent, so `2.4e7` and `1e5`

@@ -30,6 +30,10 @@ from speechiter.plan import Column, SortedIds
 from speechiter.seeding import stream_id
 from speechiter.state import fingerprint, settings_summary, view_fingerprint
 
+#: the largest seed: seed + epoch (epochs up to 2**31 - 1) must fit the 32-bit shuffle seed
+MAX_SEED = 2 ** 31 - 1
+
+
 class Iterator:
     """Base iterator: batches of a fixed number of utterances (``batch_size``).
 
@@ -80,7 +84,9 @@ class Iterator:
         self.ngpu = check_int(ngpu, "ngpu")
         self.engine_settings = EngineSettings(kind=engine, num_workers=num_workers, thread_type=thread_type,
                                               start_method=start_method, out_type=out_type, buffer=buffer)
-        self.seed = int(seed)
+        self.seed = check_int(seed, "seed", minimum=0)
+        if self.seed > MAX_SEED:  # seed + epoch seeds the 32-bit shuffle (see speechiter.seeding.permutation)
+            raise ConfigError("seed", f"expected at most {MAX_SEED}, got {seed!r}")
         if is_descending is not None and not isinstance(is_descending, (bool, np.bool_)):
             raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
         self.is_descending = is_descending

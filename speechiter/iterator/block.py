@@ -67,7 +67,7 @@ def check_budget(value: Any, where: str) -> float:
     try:
         return check_positive_number(value, where)
     except ConfigError:
-        raise ConfigError(where, f"expected a positive number, got {value!r}") from None
+        raise ConfigError(where, f"expected a positive number, got {value!r}"[:200]) from None
 
 
 def block_bounds(lengths: np.ndarray, batch_len: float, rule: str = REACH) -> np.ndarray:

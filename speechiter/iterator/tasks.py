@@ -59,8 +59,7 @@ def check_plan_size(batches_per_epoch: Optional[int], view: BatchView) -> None:
     utterances, batches = len(view.ids), len(view)
     limit = max(10 * utterances, MIN_PLAN_LIMIT)
     if batches_per_epoch * utterances > limit * batches:  # batches_per_epoch * mean batch size > limit
-        mean = utterances / batches
         raise ConfigError("batches_per_epoch", f"expected at most {limit * batches // utterances} here, got "
-                          f"{batches_per_epoch}: an epoch's plan is built in memory and {batches_per_epoch} "
-                          f"batches of {mean:.3g} utterances would hold {batches_per_epoch * mean:.3g}; the "
-                          f"limit is 10 passes over the {utterances} utterances of the view, or {MIN_PLAN_LIMIT:,}")
+                          f"{batches_per_epoch}: an epoch's plan is built in memory and may hold {limit:,} "
+                          f"utterances (10 passes over the {utterances} of the view, at least {MIN_PLAN_LIMIT:,}); "
+                          f"the view has {batches} batches of {utterances / batches:.3g} utterances on average")
