@@ -116,7 +116,8 @@ def _check_layout(data: Any, keys: tuple, where: str, what: str) -> Dict[str, An
         raise ConfigError(where, f"expected a state dict, got {type(data).__name__}")
     unknown = sorted(set(data) - set(keys) - {KEY_SETTINGS})
     if unknown:
-        raise ConfigError(where, f"unknown keys {', '.join(unknown)}; {what} has {', '.join(keys)}")
+        shown = ", ".join(key if key.isidentifier() else repr(key) for key in map(str, unknown))
+        raise ConfigError(where, f"unknown keys {shown}; {what} has {', '.join(keys)}"[:300])
     missing = [key for key in keys if key not in data]
     if missing:
         raise ConfigError(where, f"missing keys {', '.join(missing)}")
@@ -266,4 +267,6 @@ def read_json(path: str, where: str) -> Dict[str, Any]:
     except FileNotFoundError:
         raise ConfigError(where, f"no such state file: {path}") from None
     except (OSError, ValueError) as e:
-        raise ConfigError(where, f"cannot read state file {path}: {e}") from None
+        raise ConfigError(where, f"cannot read state file {path}: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise ConfigError(where, f"cannot read state file {path}: nested too deeply") from None

@@ -7,7 +7,7 @@ from speechiter import build_iterators, load_config
 from speechiter.config import iterator_label
 from speechiter.errors import ConfigError
 from speechiter.loader import Loader
-from speechiter.state import LoaderState, RunState, Stateful, settings_summary, summary_differences
+from speechiter.state import LoaderState, RunState, Stateful, read_json, settings_summary, summary_differences
 
 
 class FakeIterator:
@@ -170,3 +170,16 @@ def test_iterator_label():
     assert iterator_label("train") == "train"
     assert iterator_label("train", None, "sup") == "train/sup"
     assert iterator_label("test", "clean", "asr") == "test/clean/asr"
+
+
+def test_unknown_keys_are_named_on_one_line():
+    saved = dict(run_state().to_dict(), **{"a\nb": 1})
+    with pytest.raises(ConfigError, match=r"^state: unknown keys 'a\\nb'; a run state has"):
+        RunState.from_dict(saved)
+
+
+def test_deeply_nested_state_file_is_a_config_error(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text("[" * 100000)
+    with pytest.raises(ConfigError, match=f"^--resume: cannot read state file {path}: nested too deeply$"):
+        read_json(str(path), "--resume")
