@@ -80,6 +80,8 @@ def read_idx2(path: PathLike, value_type=str):
         ids = [p[0] for p in pairs]
         values = [p[1].rstrip() for p in pairs]
         del pairs
+        if "\x00" in text:  # ids are kept in numpy S arrays, which drop trailing NULs
+            _raise_nul_id(path, text)
         if len(set(ids)) != len(ids):
             _raise_duplicate(path, text)
         if value_type is not str:
@@ -135,6 +137,12 @@ def _raise_duplicate(path, text):
             raise DataError(f"{path}:{lineno}: duplicate id {utt_id!r} (first on line {first_line[utt_id]})")
         first_line[utt_id] = lineno
     raise AssertionError("unreachable: ids were not unique")  # pragma: no cover
+
+
+def _raise_nul_id(path, text):
+    for lineno, utt_id, _ in _numbered_entries(text):
+        if "\x00" in utt_id:
+            raise DataError(f"{path}:{lineno}: id {utt_id!r} contains a NUL character")
 
 
 def _raise_bad_value(path, text, convert, value_type):
