@@ -1,21 +1,12 @@
 """idx2 files: ``<id> <value>`` per line, parsed and merged.
 
-An idx2 file maps utterance ids to values (SpeeChain convention: ``idx2wav``,
-``idx2wav_len``, ``idx2text``, ...). Each non-blank line is ``<id> <value>``:
-the value is the rest of the line after the first run of whitespace,
-stripped (it may contain spaces, as a transcript does).
-
-- :func:`read_idx2`: ``(ids, values)`` as Python lists, line by line; the
-  reference parser, whose errors name the file and line.
-- :func:`read_idx2_table`: the same file as numpy arrays
-  (:class:`Idx2Table`), parsed by :mod:`speechiter.idx2_numpy`, which hands
-  any file it cannot parse exactly to :func:`read_idx2` (same result, same
-  errors).
-- :func:`read_idx2_files`: the files given for one option as one table, with
-  one rule for an id listed in more than one of them.
-
-Errors about the input are :class:`~speechiter.errors.DataError` naming the
-file (and line); callers add the utterance id and the option it came from.
+Each non-blank line of an idx2 file (``idx2wav``, ``idx2wav_len``, ``idx2text``, ...) is ``<id> <value>``,
+the value being the rest of the line after the first run of whitespace, stripped (a transcript has spaces).
+:func:`read_idx2` is the line-by-line reference parser, whose errors name the file and line;
+:func:`read_idx2_table` parses the same file with numpy (:mod:`speechiter.idx2_numpy`), handing any file it
+cannot parse exactly to :func:`read_idx2`; :func:`read_idx2_files` reads the files given for one option as
+one table, with one rule for an id listed in more than one of them. Input errors are DataErrors naming the
+file (and line); callers add the utterance id and the option.
 """
 from __future__ import annotations
 
