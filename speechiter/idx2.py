@@ -71,10 +71,8 @@ def read_idx2(path: PathLike, value_type=str):
         ids = [p[0] for p in pairs]
         values = [p[1].rstrip() for p in pairs]
         del pairs
-        if "\x00" in text:  # ids are kept in numpy S arrays, which drop trailing NULs
-            _raise_nul_id(path, text)
-        if len(set(ids)) != len(ids):
-            _raise_duplicate(path, text)
+        if len(set(ids)) != len(ids) or "\x00" in text:
+            _check_ids(path, text)
         if value_type is not str:
             convert = _int_value if value_type is int else value_type
             try:
@@ -121,19 +119,14 @@ def _numbered_entries(text):
             yield lineno, parts[0], parts[1].rstrip()
 
 
-def _raise_duplicate(path, text):
+def _check_ids(path, text):
     first_line = {}
     for lineno, utt_id, _ in _numbered_entries(text):
         if utt_id in first_line:
             raise DataError(f"{path}:{lineno}: duplicate id {utt_id!r} (first on line {first_line[utt_id]})")
-        first_line[utt_id] = lineno
-    raise AssertionError("unreachable: ids were not unique")  # pragma: no cover
-
-
-def _raise_nul_id(path, text):
-    for lineno, utt_id, _ in _numbered_entries(text):
-        if "\x00" in utt_id:
+        if "\x00" in utt_id:  # numpy S arrays, which hold the ids, would drop trailing NULs
             raise DataError(f"{path}:{lineno}: id {utt_id!r} contains a NUL character")
+        first_line[utt_id] = lineno
 
 
 def _raise_bad_value(path, text, convert, value_type):
