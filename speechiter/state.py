@@ -248,8 +248,7 @@ class RunState:
 def check_step(step: int, steps: int, epoch: int, where: str) -> None:
     """A saved step is at most the epoch's number of steps (``steps``: the epoch is done)."""
     if step > steps:
-        raise ConfigError(where, f"epoch {epoch} has {steps} steps, got step {step}; the state does not fit "
-                                 "this configuration (a hand-edited file?)")
+        raise ConfigError(where, f"epoch {epoch} has {steps} steps, got step {step}")
 
 
 def write_json_atomic(path: str, value: Dict[str, Any]):
