@@ -111,7 +111,8 @@ class Run:
 
     def train(self):
         args = self.args
-        steps = min(len(it) for it in iterators_of(self.iterators["train"]).values())
+        sizes = [len(it) for it in iterators_of(self.iterators["train"]).values()]
+        steps = max(sizes) if policy_of(self.iterators["train"]) == "longest" else min(sizes)  # the group's epoch
         check_step(args.start_step, steps, args.start_epoch, "--start_step")  # never skip the rest silently
         for epoch in range(args.start_epoch, args.epochs + 1):
             last = epoch == args.epochs
