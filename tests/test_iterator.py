@@ -305,3 +305,14 @@ def test_iterator_option_errors(lengths_corpus, conf, match):
     _, _, root = lengths_corpus
     with pytest.raises(ConfigError, match=match):
         make(PieceIterator, root, batch_size=2, **conf)
+
+
+@pytest.mark.parametrize("epoch, message", [(0, "epoch: expected a positive integer, got 0"),
+                                            (-1, "epoch: expected a positive integer, got -1"),
+                                            (1.5, "epoch: expected a positive integer, got 1.5"),
+                                            (2 ** 40, "epoch: expected at most 2147483647")])
+def test_build_loader_refuses_an_epoch_that_is_not_one(lengths_corpus, epoch, message):
+    _, _, root = lengths_corpus
+    iterator = make(PieceIterator, root, batch_size=8)
+    with pytest.raises(ConfigError, match=message):
+        iterator.build_loader(epoch)

@@ -244,6 +244,9 @@ class Iterator:
         Each task keeps its position in the full plan and its own seed, so a
         resumed epoch builds the same batches as an uninterrupted one.
         """
+        epoch = check_int(epoch, "epoch")  # epochs count from 1, as SpeeChain's; at most MAX_SEED
+        if epoch > MAX_SEED:
+            raise ConfigError("epoch", f"expected at most {MAX_SEED}, got {epoch}")
         start_step = check_int(start_step, "start_step", minimum=0)
         plan = self._epoch_plan(epoch)
         if start_step > len(plan):
