@@ -242,9 +242,14 @@ class Idx2Files:
         """The rows ``rows``, in that order."""
         return Idx2Files(self.tables, rows if self._rows is None else self._rows[rows])
 
-    def numbers(self) -> np.ndarray:
-        """Values as float64 (errors as read_idx2's)."""
-        values = np.concatenate([t.numbers() for t in self.tables])
+    def numbers(self, lengths: bool = False) -> np.ndarray:
+        """Values as float64 (errors as read_idx2's); with ``lengths``, each
+        file's values must be positive finite numbers (:func:`check_lengths`)."""
+        parts = [t.numbers() for t in self.tables]
+        if lengths:
+            for table, values in zip(self.tables, parts):
+                check_lengths(table.path, table.ids, values)
+        values = np.concatenate(parts)
         return values if self._rows is None else values[self._rows]
 
 

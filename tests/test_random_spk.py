@@ -1,9 +1,6 @@
 """speech_text.RandomSpkFeatDataset: a balanced reference speaker per utterance (issue 12, R10)."""
-import gc
-import multiprocessing.resource_tracker
 import subprocess
 import sys
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +11,7 @@ import speechiter
 from speechiter.dataset.random_spk import balanced_assignment, embedding_model, text_weight
 from speechiter.dataset.speech_text import RandomSpkFeatDataset
 from speechiter.errors import ConfigError, DataError
+from tests.processes import stop_resource_tracker
 
 REPO = Path(__file__).resolve().parents[1]
 DIM = 8
@@ -181,18 +179,10 @@ def test_same_batches_for_any_worker_count_thread_process_and_resume(tts_set, st
     assert resumed_plan == plan[4:] and summary(resumed) == reference[4:]
 
 
-@pytest.fixture
-def stop_resource_tracker():
-    """'spawn' starts Python's resource tracker, which outlives the test; stop it afterwards, as
-    tests/sequence/conftest.py does, so that later "no child processes" checks hold."""
+@pytest.fixture(name="stop_resource_tracker")
+def stop_resource_tracker_fixture():
     yield
-    tracker = multiprocessing.resource_tracker._resource_tracker
-    if getattr(tracker, "_fd", None) is not None:
-        for thread in threading.enumerate():
-            if thread.name == "QueueFeederThread":
-                thread.join(5.0)
-        gc.collect()
-        tracker._stop()
+    stop_resource_tracker()
 
 
 def test_text_weight_and_model_name():

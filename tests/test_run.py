@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import children
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -223,8 +225,6 @@ def test_debug_shows_the_traceback(tmp_path):
 @pytest.mark.parametrize("settings", [dict(num_workers=2), dict(num_workers=2, thread_type="thread"),
                                       dict(num_workers=0), dict(engine="torch", num_workers=2)])
 def test_leaving_an_epoch_early_then_continuing(tmp_path, corpus, settings):
-    import psutil
-
     import speechiter
     from speechiter.dump import checksum
     cfg = write_cfg(tmp_path, corpus)
@@ -237,9 +237,7 @@ def test_leaving_an_epoch_early_then_continuing(tmp_path, corpus, settings):
         assert [checksum(b) for b in iterator.build_loader(epoch=2)] == expected
     finally:
         speechiter.build.close_all(iterators)
-    # spawned workers start Python's resource tracker, which lives as long as this process: not a worker
-    leftover = [c for c in psutil.Process().children() if "resource_tracker" not in " ".join(c.cmdline())]
-    assert leftover == []
+    assert children() == []  # Python's resource tracker is not a worker (tests/processes.py)
 
 
 VALID_GROUP = """

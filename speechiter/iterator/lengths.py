@@ -36,9 +36,7 @@ def load_lengths(dataset: Dataset, data_len: Optional[Files], longest: bool = Fa
     else:
         files = [data_len] if isinstance(data_len, str) else list(data_len)
         merged = read_idx2_files(files, "data_len", on_duplicate="last")  # a later file wins (SpeeChain)
-        for table in merged.tables:
-            check_lengths(table.path, table.ids, table.numbers())
-        file_ids, file_values = merged.ids, merged.numbers()
+        file_ids, file_values = merged.ids, merged.numbers(lengths=True)
         rows = IdIndex(file_ids).find(ids)
         missing = rows < 0
         if missing.any():

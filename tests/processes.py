@@ -1,0 +1,35 @@
+"""Child processes of the test process, for "nothing outlives the run" checks.
+
+- ``children()``: child processes, except Python's own resource tracker
+  ('spawn' starts it once and it lives as long as this process).
+- ``stop_resource_tracker()``: stop that tracker (a later test starts it again
+  if it needs it), so that later "no child processes" checks hold.
+"""
+import gc
+import multiprocessing.resource_tracker
+import threading
+
+import psutil
+
+
+def children():
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" not in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def stop_resource_tracker():
+    tracker = multiprocessing.resource_tracker._resource_tracker
+    if getattr(tracker, "_fd", None) is not None:
+        # Semaphores of finished pools unregister first (no "leaked" warnings, no unlinking
+        # them twice): queue feeder threads let go of theirs, then the collector frees them.
+        for thread in threading.enumerate():
+            if thread.name == "QueueFeederThread":
+                thread.join(5.0)
+        gc.collect()
+        tracker._stop()
