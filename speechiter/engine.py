@@ -26,6 +26,7 @@ from speechiter.sequence.convert import is_out_type, resolve_out_type
 from speechiter.sequence.fetch import Task
 from speechiter.sequence.pool_scheduler import start_scheduler
 from speechiter.sequence.scheduler import Scheduler, SchedulerHandle
+from speechiter.sequence.start import warm_up
 from speechiter.torch_engine import TorchEngine
 
 ENGINES = ("msequence", "inline", "torch")
@@ -81,6 +82,8 @@ def make_engine(settings: EngineSettings, dataset) -> Engine:
     if settings.kind == "torch":
         return TorchEngine(reader, settings.num_workers, settings.out_type, start_method=settings.start_method)
     out_type = resolve_out_type(settings.out_type)
+    if settings.kind == "msequence" and settings.num_workers > 0 and settings.thread_type == "proc":
+        warm_up(reader, settings.start_method)
     return SequenceEngine(functools.partial(
         start_scheduler, reader, num_workers=0 if settings.kind == "inline" else settings.num_workers,
         thread_type=settings.thread_type, start_method=settings.start_method, out_type=out_type,

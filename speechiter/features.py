@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
-import torch
 import yaml
 
 from speechiter.audio import PCM16_SCALE
@@ -109,6 +108,8 @@ class LogMel:
             raise ConfigError(f"{w}.high_freq", f"need low_freq < high_freq <= {nyquist:g} (Nyquist), got "
                                                 f"low_freq={low_freq}, high_freq={high_freq}")
         self.remove_dc_offset = check_bool(remove_dc_offset, f"{w}.remove_dc_offset")
+        import torch  # here, not at module level: worker processes only import it when they compute features
+
         self._window = torch.from_numpy(self._window_function())
         self._banks = torch.from_numpy(self._mel_banks())
 
@@ -182,6 +183,8 @@ class LogMel:
         frames_n = self.num_frames(wave.shape[0])
         if frames_n == 0:
             return np.zeros((0, self.n_mels), dtype=np.float32)
+        import torch
+
         with torch.no_grad():
             x = torch.from_numpy(wave * np.float32(PCM16_SCALE))
             frames = x.unfold(0, self.window_size, self.window_shift)

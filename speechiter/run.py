@@ -38,7 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--engine", choices=("msequence", "inline", "torch"), default="msequence")
     parser.add_argument("--thread_type", choices=("proc", "thread"), default="proc")
     parser.add_argument("--start_method", choices=("fork", "spawn", "forkserver"),
-                        help="how process workers start (default: fork on Linux)")
+                        help="how process workers start (default: forkserver, where the OS has it)")
     parser.add_argument("--out_type", default="cpu", help="cpu, cuda, cuda:N or null")
     parser.add_argument("--ngpu", type=int, help="make every batch divisible by ngpu (default: the exp_cfg's, else 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

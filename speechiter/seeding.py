@@ -7,6 +7,7 @@ where a run resumed. See handbook.md, "Reproducibility".
 """
 import hashlib
 import random
+import sys
 import struct
 import threading
 import zlib
@@ -109,10 +110,20 @@ def seeded(seed: int):
             _local.generator, _local.py_random, _local.np_random = previous
 
 
+def imported_torch():
+    """torch if it is imported (completely: another thread may be importing it), else None.
+
+    Seeding never imports it: see NOTE [ A batch that imports torch ] in sequence/fetch.py.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None
+    return torch
+
+
 def _seed_torch(seed: int):
-    try:
-        import torch
-    except ImportError:  # torch is optional for the engine
+    torch = imported_torch()
+    if torch is None:
         return
     if torch.cuda.is_initialized():
         torch.manual_seed(seed)  # also seeds every CUDA device

@@ -1,7 +1,8 @@
 """Child processes of the test process, for "nothing outlives the run" checks.
 
-- ``children()``: child processes, except Python's own resource tracker
-  ('spawn' starts it once and it lives as long as this process).
+- ``children()``: child processes, except Python's own resource tracker and
+  fork server (started once, they live as long as this process); the fork
+  server's children (workers) are counted.
 - ``stop_resource_tracker()``: stop that tracker (a later test starts it again
   if it needs it), so that later "no child processes" checks hold.
 """
@@ -16,7 +17,8 @@ def children():
     found = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if "resource_tracker" not in " ".join(child.cmdline()):
+            cmdline = " ".join(child.cmdline())
+            if "resource_tracker" not in cmdline and "multiprocessing.forkserver" not in cmdline:
                 found.append(child)
         except psutil.NoSuchProcess:
             pass

@@ -317,8 +317,9 @@ def test_workers_do_not_fork_a_process_that_runs_threads(monkeypatch):
 
 
 def test_start_method_choice():
-    # fork stays the default while spawned workers cost seconds to start (NOTE [ Start method ])
-    assert start_method_for(indexers.Echo, None) == "fork"
+    # never a fork of this (threaded) process by default (NOTE [ Start method ])
+    assert start_method_for(indexers.Echo, None) == "forkserver"
+    assert start_method_for(indexers.Echo, "fork") == "fork"
     assert start_method_for(indexers.Echo, "spawn") == "spawn"
 
 

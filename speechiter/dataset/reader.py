@@ -8,7 +8,7 @@ class DatasetReader:
     """The engine's indexer: ``reader[ids]`` is the collated batch.
 
     It is also its own picklable factory (``reader()`` returns itself), so
-    each worker gets a copy: inherited on fork, pickled with spawn. Datasets
+    each worker gets a copy: pickled once per pool (fork server, spawn), inherited with fork. Datasets
     that hold open handles must open them lazily (see speechiter/arrays.py).
     """
 

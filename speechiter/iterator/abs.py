@@ -61,8 +61,9 @@ class Iterator:
             are marked (see speechiter.iterator.view.eval_share).
         engine: ``msequence`` (default), ``inline`` or ``torch``.
         thread_type: ``proc`` or ``thread`` workers of the msequence engine.
-        start_method: how ``proc`` workers start: ``fork`` (the default on
-            Linux), ``spawn`` or ``forkserver``.
+        start_method: how ``proc`` workers start: ``forkserver`` (the default
+            where the OS has it, else ``spawn``), ``spawn`` or ``fork``; see
+            NOTE [ Start method ] in speechiter/sequence/start.py.
         out_type: ``cpu`` (torch tensors), ``cuda`` or ``null`` (numpy).
         buffer: batches in flight; default 2 per worker (at least 2).
         name: the iterator's name in reports (``train/sup``); also names its

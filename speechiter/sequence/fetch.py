@@ -3,10 +3,17 @@
 In-process mode (``start_test()``, ``num_workers=0``), the process and thread
 workers, and the torch DataLoader engine all call :func:`fetch`, so the modes
 cannot drift apart.
+
+NOTE [ A batch that imports torch ]
+Each batch runs under its seed, torch's global generator included, but
+seeding does not import torch: a worker that never uses it would pay a second
+for nothing. So when building a batch imported torch (a dataset that imports it
+lazily), that batch's torch draws were not seeded: it is built once more, now
+seeded. That happens at most once per worker.
 """
 from typing import Any, NamedTuple, Optional, Sequence
 
-from speechiter.seeding import seeded
+from speechiter.seeding import imported_torch, seeded
 
 
 class Task(NamedTuple):
@@ -26,8 +33,13 @@ def fetch(indexer, task: Task):
     """Build the batch of ``task`` with ``indexer``, under the batch's seed."""
     if task.seed is None:
         return indexer[task.ids]
+    torch_before = imported_torch() is not None
     with seeded(task.seed):
-        return indexer[task.ids]
+        batch = indexer[task.ids]
+    if not torch_before and imported_torch() is not None:  # NOTE [ A batch that imports torch ]
+        with seeded(task.seed):
+            batch = indexer[task.ids]
+    return batch
 
 
 def same_task(a: Task, b: Task) -> bool:

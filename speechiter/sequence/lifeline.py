@@ -9,11 +9,17 @@ a sleep, a lock -- but leaves it no time to clean up: the shared-memory
 segments of a session whose main process was killed are reclaimed by the next
 process pool started on the machine (NOTE [ Stale segments ] in shm/stale.py).
 The kernel's "parent" is the thread that started the worker: the pool must be
-started from a thread that outlives it (the consumer's, in practice).
+started from a thread that outlives it (the consumer's, in practice). Workers
+started by the fork server (NOTE [ Start method ] in start.py) are its
+children: the server ends once every holder of its "alive" pipe has ended,
+and its children inherit that pipe, so each worker first lets go of it
+(:func:`leave_fork_server`); then the server ends with the main process, and
+the workers with it.
 Elsewhere, and as a fallback, an idle worker checks its parent every
 ``POLL_S`` (workers.py) and leaves when it is orphaned.
 """
 import ctypes
+import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -39,3 +45,15 @@ def die_with_parent(parent_pid: int) -> bool:
 def orphaned(parent_pid: int) -> bool:
     """Whether the process that started this one has died (it was reparented)."""
     return os.getppid() != parent_pid
+
+
+def leave_fork_server() -> None:
+    """Close this process's copy of the fork server's "alive" pipe (NOTE [ Parent death ])."""
+    server = multiprocessing.forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        server._forkserver_alive_fd = None
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -48,8 +48,8 @@ class MSequence:
     ``batches`` (a list of id lists) replaces the default plan, ``timeout`` is
     the most seconds to wait for one batch (also for one built in the main
     process, see NOTE [ Inline timeout ] in watchdog.py), ``start_method`` the
-    multiprocessing start method ('spawn' by default, see NOTE [ Start method ]
-    in start.py; 'fork' or 'forkserver').
+    multiprocessing start method ('forkserver' by default where the OS has it,
+    else 'spawn'; see NOTE [ Start method ] in start.py; or 'fork').
     """
 
     def __init__(self, worker, dset_size=None, num_workers=4, num_converters=None, batch_size=32,

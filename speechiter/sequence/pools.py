@@ -5,17 +5,15 @@ Both pools follow :class:`WorkerPool`, the protocol the pool scheduler drives
 replies with a timeout and learns of dead workers from :meth:`recv`. The
 worker loops and messages are in workers.py.
 """
-import multiprocessing
 import multiprocessing.connection
 import os
-import pickle
 import queue
 import threading
 import time
 import warnings
 from typing import Any, List, Optional, Protocol, Tuple
 
-from speechiter.sequence.start import start_method_for
+from speechiter.sequence.start import UNGUARDED_MAIN, UNGUARDED_MAIN_EXIT, refuse_unguarded_main, worker_start
 from speechiter.sequence.taskpipe import TaskPipe
 from speechiter.sequence.workers import Stop, describe_exit, proc_worker_loop, thread_worker_loop
 
@@ -52,27 +50,31 @@ class ProcPool:
     """``num_workers`` worker processes, a task pipe each, a result pipe each."""
 
     def __init__(self, factory, num_workers: int, prefix: str, start_method: Optional[str] = None):
-        ctx = multiprocessing.get_context(start_method_for(factory, start_method))
+        refuse_unguarded_main()
+        ctx, factory = worker_start(factory, start_method)
+        forked = ctx.get_start_method() == "fork"
+        # A worker checks on the process that started it: this one, or the fork server (lifeline.py).
+        parent_pid = os.getpid() if ctx.get_start_method() != "forkserver" else None
         # Readable for every worker once close() writes to it. A pipe, not an Event: a
         # semaphore would start Python's resource tracker process with 'spawn'.
         self._done, self._done_writer = ctx.Pipe(duplex=False)
         self._task_pipes, self._readers, self._procs = [], [], []
         try:
+            # The fork server's environment is from its own start: workers get this one's, as with fork.
+            environ = None if forked else dict(os.environ)
             for wid in range(num_workers):
                 tasks = TaskPipe(ctx)
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
                     target=proc_worker_loop,
-                    args=(wid, factory, tasks.reader, writer, self._done, prefix, os.getpid()),
+                    args=(wid, factory, tasks.reader, writer, self._done, prefix, parent_pid, environ),
                     name=f"speechiter-worker-{wid}", daemon=True)
+                proc.needs_main = forked or factory.needs_main
                 self._task_pipes.append(tasks)
                 self._readers.append(reader)
                 self._procs.append(proc)
                 try:
                     proc.start()
-                except (pickle.PicklingError, AttributeError, TypeError) as error:
-                    raise ValueError(f"worker={factory!r} cannot be sent to a {ctx.get_start_method()!r} worker "
-                                     f"process ({error}); define it at module level so that it pickles") from error
                 finally:
                     writer.close()  # the worker's ends: only the worker holds them
                     tasks.close_reader()
@@ -110,6 +112,8 @@ class ProcPool:
                 self._drain(self._readers[wid], messages)  # what it sent before dying
                 self._procs[wid].join(_REAP_S)
                 self._open.remove(obj)
+                if self._procs[wid].exitcode == UNGUARDED_MAIN_EXIT:
+                    raise RuntimeError(UNGUARDED_MAIN)
                 dead.append((wid, describe_exit(self._procs[wid].exitcode)))
         return messages, dead
 

@@ -6,6 +6,7 @@ builds which batch) and its own indexer, built once by calling the user's
 a :class:`Done` or a :class:`Failed`; they never raise across the boundary.
 The pools that run them are in pools.py.
 """
+import os
 import pickle
 import queue
 import signal
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from speechiter.sequence.fetch import Task, fetch
-from speechiter.sequence.lifeline import die_with_parent, orphaned
+from speechiter.sequence.lifeline import die_with_parent, leave_fork_server, orphaned
 from speechiter.sequence.shm import SlotRef, SlotWriter, leftover_segments, unlink_segment
 
 # The longest any wait of the msequence engine blocks before it checks on the other
@@ -101,12 +102,20 @@ def _make_indexer(factory, wid: int, send):
         return None
 
 
-def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid):
+def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, environ=None):
     """The loop of one worker process. Module level, so 'spawn' can import it.
 
     ``done`` is the read end of the pool's done pipe: readable once the pool closes.
-    ``parent_pid``: the process that starts the workers. See NOTE [ Parent death ] in lifeline.py.
+    ``parent_pid``: the process that starts the workers; None for the fork server, whose child this
+    is (it ends when the main process does). See NOTE [ Parent death ] in lifeline.py.
+    ``environ``: the main process's environment, for a worker that did not inherit it.
     """
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+    leave_fork_server()
+    if parent_pid is None:
+        parent_pid = os.getppid()
     if not die_with_parent(parent_pid):
         return
     # Ctrl-C goes to the whole process group: the main process handles it and

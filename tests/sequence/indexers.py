@@ -1,6 +1,7 @@
 """Module-level indexers and factories for the engine tests (picklable, so 'spawn' works)."""
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -149,3 +150,30 @@ class Stuck:
                 read_end, _ = os.pipe()
                 os.read(read_end, 1)
         return np.asarray(ids)
+
+
+# A lock that a thread of the test process holds while workers start (test_start.py).
+HELD = threading.Lock()
+
+
+class Locked:
+    """Takes ``HELD`` for each batch, as soundfile takes its error lock."""
+
+    def __getitem__(self, ids):
+        with HELD:
+            return np.asarray(ids)
+
+
+class Environ:
+    """The value of $SPEECHITER_TEST_VALUE in the worker."""
+
+    def __getitem__(self, ids):
+        return os.environ.get("SPEECHITER_TEST_VALUE", "")
+
+
+class LazyTorch:
+    """Imports torch only when it builds a batch, then draws from torch's global generator."""
+
+    def __getitem__(self, ids):
+        import torch
+        return torch.rand(len(ids)).numpy()
