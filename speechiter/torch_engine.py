@@ -7,6 +7,7 @@ it gives the same batches as the msequence engine. See speechiter/engine.py.
 from typing import Any, Iterator, Optional, Sequence
 
 from speechiter.sequence.fetch import Task, fetch
+from speechiter.sequence.start import worker_start
 from speechiter.structure import is_tensor, map_structure
 
 
@@ -46,7 +47,8 @@ class TorchEngine:
         self.sampler = _PlanSampler()
         extra = {}
         if num_workers > 0:
-            extra = dict(persistent_workers=True, prefetch_factor=prefetch_factor, multiprocessing_context=start_method)
+            context, _ = worker_start(reader, start_method)  # never a fork of this threaded process by default
+            extra = dict(persistent_workers=True, prefetch_factor=prefetch_factor, multiprocessing_context=context)
         self.loader = torch.utils.data.DataLoader(_TaskDataset(reader), batch_size=None, sampler=self.sampler,
                                                   num_workers=num_workers, **extra)
         self.device = _device(out_type)

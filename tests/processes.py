@@ -3,6 +3,7 @@
 - ``children()``: child processes, except Python's own resource tracker and
   fork server (started once, they live as long as this process); the fork
   server's children (workers) are counted.
+- ``FORKS_ON_PURPOSE``: a mark for tests that fork this process on purpose.
 - ``stop_resource_tracker()``: stop that tracker (a later test starts it again
   if it needs it), so that later "no child processes" checks hold.
 """
@@ -11,6 +12,10 @@ import multiprocessing.resource_tracker
 import threading
 
 import psutil
+import pytest
+
+# For the tests that fork this (threaded) test process on purpose: Python 3.12+ warns about it.
+FORKS_ON_PURPOSE = pytest.mark.filterwarnings(r"ignore:.*use of fork\(\) may lead to deadlocks:DeprecationWarning")
 
 
 def children():

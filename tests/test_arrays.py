@@ -10,6 +10,7 @@ from speechiter import arrays
 from speechiter.arrays import read_vector
 from speechiter.audio import data_num_frames, read_feat
 from speechiter.errors import DataError
+from tests.processes import FORKS_ON_PURPOSE
 
 from .test_audio import pcm
 
@@ -167,6 +168,7 @@ def _child_reads_h5(path, inherited_id, queue):
         queue.put(("error", repr(e)))
 
 
+@FORKS_ON_PURPOSE
 @pytest.mark.timeout(60)
 def test_hdf5_cache_is_per_process_after_fork(tmp_path):
     p = str(make_h5(tmp_path / "c.hdf5", {"a": np.arange(5, dtype=np.float32)}))

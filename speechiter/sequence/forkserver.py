@@ -6,8 +6,8 @@ script (as ``__mp_main__``) so that objects pickled as ``__main__.X`` can be
 found; that is why such scripts need ``if __name__ == "__main__":``. A
 speechiter worker only needs it when its reader refers to ``__main__`` (a
 Dataset class defined in the script): the pool looks at the pickled reader
-(start.py), and :class:`WorkerContext`'s processes leave the main script's
-entry out of the start-up data when it does not, so an unguarded training
+(start.py), and :class:`MainlessWorkerContext`'s processes leave the main
+script's entry out of the start-up data, so an unguarded training
 script keeps working as it did with fork, and workers start sooner.
 
 The launch below is the standard library's forkserver launch (identical from
@@ -45,7 +45,7 @@ class _Popen(popen_forkserver.Popen):
 
 
 class WorkerProcess(context.ForkServerProcess):
-    """A fork-server process; ``needs_main = False`` skips re-running the main script."""
+    """A fork-server process that re-runs the main script, as the standard one does."""
 
     needs_main = True
 
@@ -54,5 +54,20 @@ class WorkerProcess(context.ForkServerProcess):
         return _Popen(process_obj)
 
 
+class MainlessWorkerProcess(WorkerProcess):
+    """A fork-server process that does not re-run the main script."""
+
+    needs_main = False
+
+
 class WorkerContext(context.ForkServerContext):
     Process = WorkerProcess
+
+
+class MainlessWorkerContext(context.ForkServerContext):
+    Process = MainlessWorkerProcess
+
+
+def worker_context(needs_main: bool) -> context.ForkServerContext:
+    """The fork-server context for workers that need the main script, or not."""
+    return WorkerContext() if needs_main else MainlessWorkerContext()

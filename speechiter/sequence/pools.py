@@ -69,7 +69,6 @@ class ProcPool:
                     target=proc_worker_loop,
                     args=(wid, factory, tasks.reader, writer, self._done, prefix, parent_pid, environ),
                     name=f"speechiter-worker-{wid}", daemon=True)
-                proc.needs_main = forked or factory.needs_main
                 self._task_pipes.append(tasks)
                 self._readers.append(reader)
                 self._procs.append(proc)

@@ -72,7 +72,7 @@ def worker_start(factory, start_method: Optional[str]) -> Tuple[Any, Callable]:
         _set_preload(pickled.uses_torch)
         from speechiter.sequence import forkserver  # not on Windows, which has no fork server
         if forkserver.SUPPORTED:
-            return forkserver.WorkerContext(), pickled
+            return forkserver.worker_context(pickled.needs_main), pickled
     return ctx, pickled
 
 

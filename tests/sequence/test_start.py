@@ -13,6 +13,7 @@ import pytest
 from speechiter.sequence import MSequence
 from speechiter.sequence import Task
 from speechiter.sequence.start import start_method_default
+from tests.processes import FORKS_ON_PURPOSE
 from tests.sequence import indexers
 
 TASKS = [Task(i, [i, i + 1], None) for i in range(6)]
@@ -54,6 +55,7 @@ def test_a_lock_held_by_another_thread_does_not_reach_the_workers():
     assert got == [task.ids for task in TASKS]
 
 
+@FORKS_ON_PURPOSE
 @pytest.mark.timeout(60)
 def test_with_fork_the_same_lock_deadlocks_the_workers():
     """What the default avoids: the forked worker's copy of the lock is held forever."""
@@ -154,6 +156,7 @@ def test_a_reader_defined_in_an_interactive_session_uses_fork():
 LAZY_TORCH = """\
 import sys
 from speechiter.sequence import MSequence, Task
+from tests.processes import FORKS_ON_PURPOSE
 from tests.sequence import indexers
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ def section():
     text = handbook.read_text() if handbook.is_file() else ""
     assert "## Large corpora" in text, "handbook.md has no Large corpora section"
     text = text.split("## Large corpora", 1)[1]
-    return re.split(r"\n## ", text, 1)[0]
+    return re.split(r"\n## ", text, maxsplit=1)[0]
 
 
 def example(name):
