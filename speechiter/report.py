@@ -1,4 +1,11 @@
-"""Per-iterator statistics, the summary table and the --report JSON."""
+"""Per-iterator statistics, the summary table and the --report JSON.
+
+Each iterator's rates (batches/s, audio s/s) divide by its own time: the wall
+time of the epochs of its group (``active_s``), not the whole run's, so a valid
+set is not charged for training and adding a group does not move the others.
+Audio seconds come from waveform lengths, or, for a dataset that computes
+features (``feat_conf``), from frames times the frame shift.
+"""
 import json
 from typing import Any, Dict, List, Optional
 
@@ -13,12 +20,18 @@ class IteratorStats:
         self.total_batches = len(iterator.batches)
         self.batches_per_epoch = len(iterator)
         self.sample_rate = getattr(iterator.dataset, "sample_rate", None)
+        # seconds of audio per feature frame, for datasets that compute features (feat_conf)
+        extractor = getattr(iterator.dataset, "feat_extractor", None)
+        self.frame_s = (extractor.window_shift / extractor.sample_rate
+                        if extractor is not None and getattr(extractor, "sample_rate", None) else None)
         self.steps = 0
         self.utterances = 0
         self.real_frames = 0
         self.padded_frames = 0
         self.audio_frames = 0
+        self.audio_s = 0.0  # from feature frames
         self.wait_s = 0.0
+        self.active_s = 0.0  # wall time of its group's epochs
         self.first_batch_s: Optional[float] = None
 
     def add(self, ids, batch):
@@ -32,14 +45,19 @@ class IteratorStats:
             self.padded_frames += int(feat.shape[0] * feat.shape[1])
             if self.sample_rate and feat.ndim == 3 and feat.shape[2] == 1:
                 self.audio_frames += real
+            elif self.frame_s is not None:
+                self.audio_s += real * self.frame_s
 
     def add_loader(self, loader):
         self.wait_s += loader.wait_s
         if self.first_batch_s is None and loader.first_batch_s is not None:
             self.first_batch_s = loader.first_batch_s
 
-    def as_dict(self, wall_s: float) -> Dict[str, Any]:
+    def as_dict(self) -> Dict[str, Any]:
         audio_s = self.audio_frames / self.sample_rate if self.sample_rate and self.audio_frames else None
+        if audio_s is None and self.audio_s:
+            audio_s = self.audio_s
+        own_s = self.active_s
         return {
             "total_batches": self.total_batches,
             "batches_per_epoch": self.batches_per_epoch,
@@ -48,9 +66,10 @@ class IteratorStats:
             "real_frames": self.real_frames,
             "padded_frames": self.padded_frames,
             "padding_efficiency": self.real_frames / self.padded_frames if self.padded_frames else None,
-            "batches_per_s": self.steps / wall_s if wall_s > 0 else None,
+            "active_s": own_s,
+            "batches_per_s": self.steps / own_s if own_s > 0 else None,
             "audio_seconds": audio_s,
-            "audio_seconds_per_s": audio_s / wall_s if audio_s and wall_s > 0 else None,
+            "audio_seconds_per_s": audio_s / own_s if audio_s and own_s > 0 else None,
             "time_to_first_batch_s": self.first_batch_s,
             "wait_s": self.wait_s,
         }
@@ -91,7 +110,7 @@ class RunReport:
     def as_dict(self, wall_s: float) -> Dict[str, Any]:
         return {"engine": self.settings, "wall_time_s": wall_s, "time_to_first_batch_s": self.first_batch_s,
                 "rank": self.rank, "world_size": self.world_size, "skipped": self.skipped,
-                "iterators": {name: s.as_dict(wall_s) for name, s in self.iterators.items()}}
+                "iterators": {name: s.as_dict() for name, s in self.iterators.items()}}
 
     def write(self, path: str, wall_s: float):
         with open(path, "w", encoding="utf-8") as f:
@@ -99,10 +118,10 @@ class RunReport:
             f.write("\n")
 
     def table(self, wall_s: float) -> str:
-        header = ("iterator", "batches", "utterances", "padding", "batches/s", "audio s/s", "wait s")
+        header = ("iterator", "batches", "utterances", "pad eff", "batches/s", "audio s/s", "wait s")
         rows = [header]
         for name, stats in self.iterators.items():
-            d = stats.as_dict(wall_s)
+            d = stats.as_dict()
             rows.append((name, str(d["steps"]), str(d["utterances"]), _pct(d["padding_efficiency"]),
                          _num(d["batches_per_s"]), _num(d["audio_seconds_per_s"]), _num(d["wait_s"])))
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

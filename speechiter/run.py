@@ -143,6 +143,7 @@ class Run:
         for name, (batches, utterances) in loader.skipped().items():
             self.report.add_skipped(iterator_label(group, set_name, name), batches, utterances)
         progress = _progress(len(loader), f"{label} epoch {epoch}", self.args.quiet)
+        started = time.perf_counter()
         try:
             for step_batches in loader:
                 for name, batch in step_batches.items():
@@ -155,7 +156,9 @@ class Run:
                     self.save_state(epoch, loader.step)
         finally:
             progress.close()
+        elapsed = time.perf_counter() - started  # each iterator's own time: see report.py
         for name, loaders in loader.loaders.items():
+            stats[name].active_s += elapsed
             for one in loaders:
                 stats[name].add_loader(one)
                 if self.report.first_batch_s is None:

@@ -113,7 +113,7 @@ def test_demo_recipe_runs_and_writes_contract_formats(tmp_path, demo_root):
                 "padding_efficiency", "batches_per_s", "audio_seconds_per_s", "time_to_first_batch_s", "wait_s"):
         assert key in stats
     assert stats["utterances"] == 2 * len(train_ids) and 0 < stats["padding_efficiency"] <= 1
-    assert "padding" in result.stdout and "train" in result.stdout
+    assert "pad eff" in result.stdout and "train" in result.stdout
 
 
 @pytest.mark.timeout(180)
