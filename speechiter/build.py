@@ -7,10 +7,12 @@ its YAML path.
 """
 import inspect
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from speechiter.config import config_dir, iter_specs, iterator_label
+from speechiter.features import is_preset
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError
 from speechiter.group import IteratorGroup
@@ -65,7 +67,7 @@ def build_one(spec, runtime: Dict[str, Any], folder: Optional[Path]) -> Iterator
     extra_dirs = [str(folder)] if folder else []
     cls = resolve_class("iterator", spec.type, f"{spec.path}.type", base=Iterator, extra_dirs=extra_dirs)
     conf_path = f"{spec.path}.conf"
-    conf = _resolve_paths(_rooted_paths(dict(spec.conf), conf_path), folder)
+    conf = _resolve_paths(_rooted_paths(dict(spec.conf), conf_path), folder, conf_path)
     if "dataset_type" not in conf:
         raise ConfigError(f"{conf_path}.dataset_type", "missing; every iterator needs dataset_type: file.Class "
                                                        "(e.g. speech_text.SpeechTextDataset)")
@@ -226,15 +228,26 @@ def _rooted_paths(conf: Dict[str, Any], conf_path: str) -> Dict[str, Any]:
     return conf
 
 
-def _resolve_paths(value, folder: Optional[Path]):
-    """Relative paths resolve against the current folder, or else against the YAML file's folder."""
+def _resolve_paths(value, folder: Optional[Path], where: str = ""):
+    """Relative paths resolve against the YAML file's folder.
+
+    A path found only from the current folder is used with a warning naming both folders (SpeeChain
+    recipes run from the toolkit root without $SPEECHAIN_ROOT rely on it); never silently, so that a
+    copy of the corpus beside the current folder cannot replace the recipe's.
+    """
     if isinstance(value, dict):
-        return {k: _resolve_paths(v, folder) for k, v in value.items()}
+        return {k: _resolve_paths(v, folder, f"{where}.{k}") for k, v in value.items()}
     if isinstance(value, list):
-        return [_resolve_paths(v, folder) for v in value]
+        return [_resolve_paths(v, folder, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, str) and folder is not None and not os.path.isabs(value) and ("/" in value or "." in value):
-        if not os.path.exists(value.split(":")[0]) and (folder / value.split(":")[0]).exists():
+        if os.environ.get("SPEECHAIN_ROOT") and value.startswith("."):
+            return value  # SpeeChain's rule: with $SPEECHAIN_ROOT set, ./x and ../x name the current folder
+        file = value.split(":")[0]
+        if (folder / file).exists():
             return str(folder / value)
+        if os.path.exists(file) and not is_preset(file):  # presets: found wherever the run starts
+            warnings.warn(f"{where.lstrip('.')}: {value!r} is not in the YAML file's folder ({folder}); using "
+                          f"{os.path.abspath(file)} from the current folder", stacklevel=2)
     return value
 
 

@@ -36,7 +36,7 @@ from speechiter.config import SpeechLoader
 from speechiter.errors import ConfigError
 from speechiter.registry import check_keywords
 
-__all__ = ["LogMel", "load_feat_conf", "WINDOWS", "NORMALIZE", "CONFIG_DIR"]
+__all__ = ["LogMel", "load_feat_conf", "is_preset", "WINDOWS", "NORMALIZE", "CONFIG_DIR"]
 
 WINDOWS = ("povey", "hanning", "hamming", "rectangular", "blackman")
 NORMALIZE = ("utterance",)
@@ -208,6 +208,17 @@ class LogMel:
             return feat.numpy().astype(np.float32, copy=False)
 
 
+def _preset_candidates(given: Path):
+    if given.is_absolute():
+        return []
+    return [CONFIG_DIR / given] + ([CONFIG_DIR.joinpath(*given.parts[1:])] if given.parts[:1] == ("config",) else [])
+
+
+def is_preset(value: str) -> bool:
+    """Whether ``value`` names a shipped preset (``config/feat/...`` or ``feat/...``)."""
+    return any(p.is_file() for p in _preset_candidates(Path(value)))
+
+
 def load_feat_conf(value: Union[dict, str, os.PathLike, None]) -> Optional[dict]:
     """A ``feat_conf`` value as a mapping: a mapping is returned as is; a
     string is a YAML file, looked up as given (the current folder), then
@@ -218,10 +229,7 @@ def load_feat_conf(value: Union[dict, str, os.PathLike, None]) -> Optional[dict]
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError("feat_conf", f"expected a mapping or a YAML file path, got {value!r}")
     given = Path(value)
-    candidates = [given] if given.is_absolute() else [given, CONFIG_DIR / given]
-    if not given.is_absolute() and given.parts[:1] == ("config",):
-        candidates.append(CONFIG_DIR.joinpath(*given.parts[1:]))
-    path = next((p for p in candidates if p.is_file()), None)
+    path = next((p for p in [given, *_preset_candidates(given)] if p.is_file()), None)
     if path is None:
         raise ConfigError("feat_conf", f"no such YAML file: {value} (looked in the current folder and "
                                        f"the shipped presets, {CONFIG_DIR})")

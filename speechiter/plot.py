@@ -3,8 +3,8 @@
     summary = plot_iterator(iterator, "plan.png")    # the epoch-1 plan
     summary = plot_batches(batches, lengths, "plan.png")
 
-Drawing needs matplotlib (the ``plot`` extra); without it only the one-line
-summary is returned (and printed), and nothing is written.
+Drawing needs matplotlib (the ``plot`` extra); without it :func:`plot_batches`
+raises ModuleNotFoundError saying what to install, and nothing is written.
 """
 from typing import Mapping, Optional, Sequence
 
@@ -33,8 +33,27 @@ def summary_line(stats: dict) -> str:
             f"min/mean/max {stats['min_batch']}/{stats['mean_batch']:.1f}/{stats['max_batch']}")
 
 
+NEEDS_MATPLOTLIB = "--plot needs matplotlib: pip install 'speechiter[plot]' (nothing was drawn)"
+
+
+def have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def length_unit(data_len_files) -> str:
+    """What the lengths count, from the length files' names: samples, frames, or (text lengths) tokens."""
+    names = " ".join([data_len_files] if isinstance(data_len_files, str) else data_len_files or [])
+    if not names:
+        return "tokens"
+    return "frames" if "feat" in names else "samples" if "wav" in names else "length units"
+
+
 def plot_batches(batches: Sequence[Sequence[str]], lengths: Optional[Mapping[str, float]], path,
-                 title: Optional[str] = None) -> str:
+                 title: Optional[str] = None, unit: str = "frames", budget: Optional[float] = None) -> str:
     """Draw the plan into ``path`` (any matplotlib format) and return the summary line.
 
     Left: utterances per batch against the batch's longest utterance. Right:
@@ -42,22 +61,37 @@ def plot_batches(batches: Sequence[Sequence[str]], lengths: Optional[Mapping[str
     """
     stats = summarize(batches, lengths)
     line = summary_line(stats)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"{line} (matplotlib not installed: no plot)")
-        return line
+    figure = draw(batches, stats, title or line, unit, budget)
+    figure.savefig(path)
+    import matplotlib.pyplot as plt
+    plt.close(figure)
+    return line
+
+
+def draw(batches: Sequence[Sequence[str]], stats: dict, title: str, unit: str = "frames",
+         budget: Optional[float] = None):
+    """The matplotlib figure of :func:`plot_batches`."""
+    if not have_matplotlib():
+        raise ModuleNotFoundError(NEEDS_MATPLOTLIB)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     sizes = np.array([len(b) for b in batches])
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     if stats["longest"] is not None:
         left.scatter(stats["longest"], sizes, s=4, alpha=0.5)
-        left.set_xlabel("longest utterance in the batch")
+        left.set_xlabel(f"longest utterance in the batch ({unit})")
         steps = np.arange(len(sizes))
         right.bar(steps, stats["real"], width=1.0, label="real")
         right.bar(steps, stats["padded"] - stats["real"], bottom=stats["real"], width=1.0, label="padding")
-        right.set_ylabel("frames")
+        right.set_ylabel(f"{unit} per batch")
+        if budget:
+            right.axhline(budget, color="black", linestyle="--", linewidth=1, label=f"batch_len {budget:g}")
+            longest = np.linspace(max(stats["longest"].min(), 1e-9), stats["longest"].max(), 200)
+            left.plot(longest, budget / longest, "k--", linewidth=1, label="batch_len / longest")
+            left.set_ylim(0, max(sizes.max(), 1) * 1.1)
+            left.legend()
         right.legend()
     else:
         left.hist(sizes, bins=min(50, max(1, len(set(sizes.tolist())))))
@@ -66,15 +100,19 @@ def plot_batches(batches: Sequence[Sequence[str]], lengths: Optional[Mapping[str
         right.set_ylabel("utterances")
     left.set_ylabel("utterances per batch")
     right.set_xlabel("batch (plan order)")
-    figure.suptitle(title or line, fontsize=9)
+    left.yaxis.set_major_locator(MaxNLocator(integer=True))
+    right.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if stats["longest"] is None:
+        right.yaxis.set_major_locator(MaxNLocator(integer=True))
+    figure.suptitle(title, fontsize=9)
     figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return line
+    return figure
 
 
 def plot_iterator(iterator, path, epoch: int = 1) -> str:
     """:func:`plot_batches` of an Iterator's plan for ``epoch`` (clipped and shuffled as loaded)."""
     batches = iterator.epoch_batches(epoch)
     title = f"{iterator.name}, epoch {epoch}: {summary_line(summarize(batches, iterator.data_len))}"
-    return plot_batches(batches, iterator.data_len, path, title=title)
+    conf = getattr(iterator, "iter_conf", {})
+    return plot_batches(batches, iterator.data_len, path, title=title,
+                        unit=length_unit(getattr(iterator, "data_len_files", None)), budget=conf.get("batch_len"))

@@ -7,6 +7,7 @@ Audio seconds come from waveform lengths, or, for a dataset that computes
 features (``feat_conf``), from frames times the frame shift.
 """
 import json
+import os
 from typing import Any, Dict, List, Optional
 
 from speechiter.dump import to_numpy
@@ -20,6 +21,7 @@ class IteratorStats:
         self.total_batches = len(iterator.batches)
         self.batches_per_epoch = len(iterator)
         self.sample_rate = getattr(iterator.dataset, "sample_rate", None)
+        self.data_roots = data_roots(getattr(iterator.dataset, "sources", {}))
         # seconds of audio per feature frame, for datasets that compute features (feat_conf)
         extractor = getattr(iterator.dataset, "feat_extractor", None)
         self.frame_s = (extractor.window_shift / extractor.sample_rate
@@ -72,6 +74,7 @@ class IteratorStats:
             "audio_seconds_per_s": audio_s / own_s if audio_s and own_s > 0 else None,
             "time_to_first_batch_s": self.first_batch_s,
             "wait_s": self.wait_s,
+            "data_roots": self.data_roots,
         }
 
 
@@ -98,7 +101,8 @@ class RunReport:
 
     def notes(self) -> List[str]:
         """Lines printed under the table: which rank it shows, what a group's steps skipped."""
-        lines = []
+        lines = [f"{name} data: {', '.join(stats.data_roots)}" for name, stats in self.iterators.items()
+                 if stats.data_roots]
         if self.world_size > 1:
             lines.append(f"rank {self.rank} of {self.world_size} shown (each rank loads its own share; "
                          f"--report writes one file per rank)")
@@ -129,6 +133,13 @@ class RunReport:
                  for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
+
+
+def data_roots(sources: Dict[str, List[str]]) -> List[str]:
+    """The folders of an iterator's main_data files (absolute; URLs as given): where its data came from."""
+    folders = {os.path.dirname(f if "://" in f else os.path.abspath(f))
+               for files in sources.values() for f in files if isinstance(f, str)}
+    return sorted(folders)
 
 
 def _get(batch, key):

@@ -187,7 +187,10 @@ def _ids(batch, loader: GroupLoader, name) -> list:
 
 def plot_plans(iterators, path: str, epoch: int):
     """--plot: one figure per iterator (``batches.png``, or ``batches.train-sup.png`` for several)."""
-    from speechiter.plot import plot_iterator
+    from speechiter.plot import NEEDS_MATPLOTLIB, have_matplotlib, plot_iterator
+    if not have_matplotlib():
+        print(f"speechiter: {NEEDS_MATPLOTLIB}", file=sys.stderr)
+        return
     named = list(flat_iterators(iterators))
     root, ext = os.path.splitext(path)
     for name, iterator in named:

@@ -107,7 +107,7 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
         if groups_under_data_cfg and isinstance(raw.get("data_cfg"), str) and _inside_groups(raw, text):
             forwarded.append(text)  # meant for the data_cfg file
         else:
-            apply_override(raw, text, groups_under_data_cfg)
+            apply_override(raw, text, groups_under_data_cfg, new_top_keys=EXP_SETTINGS if groups_under_data_cfg else ())
 
     resolver = Resolver(raw, source.name)
     settings = _exp_settings(raw, resolver) if groups_under_data_cfg else {}

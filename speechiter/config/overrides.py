@@ -29,10 +29,19 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def apply_override(raw: dict, text: str, groups_under_data_cfg: bool) -> None:
-    """Set one ``dotted.key=value`` in the raw (unresolved) tree, in place."""
+def apply_override(raw: dict, text: str, groups_under_data_cfg: bool, new_top_keys=()) -> None:
+    """Set one ``dotted.key=value`` in the raw (unresolved) tree, in place.
+
+    A key may be new only inside a mapping (an option the recipe leaves at its default); at the top
+    level, where a new variable would change nothing, only a group or one of ``new_top_keys`` (an
+    exp_cfg's run settings) may be new: anything else is a typo, answered with a did-you-mean.
+    """
     key, value = parse_override(text)
     parts = key.split(".")
+    if len(parts) == 1 and parts[0] not in raw and parts[0] not in GROUPS and parts[0] not in new_top_keys:
+        known = [k for k in [*raw, *new_top_keys] if isinstance(k, str)]
+        raise ConfigError(parts[0], f"no such top-level key, and a new one would change nothing "
+                          f"(override {text!r}){did_you_mean(parts[0], known)}")
     if groups_under_data_cfg:
         # `train.conf.x` means `data_cfg.train.conf.x`; exp_cfg files may also
         # hold top-level flags such as `train: False`, which a bare `train=...` sets.

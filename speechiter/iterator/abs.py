@@ -107,6 +107,7 @@ class Iterator:
         self.dataset: Dataset = dataset_type(**(dataset_conf or {}))
 
         lengths = load_lengths(self.dataset, data_len, longest=self.budgets_longest(iter_conf))
+        self.data_len_files, self.iter_conf = data_len, dict(iter_conf)  # for plots and reports
         self.group_info: Optional[Dict[str, Column]]
         self.group_info, kept = load_group_info(self.dataset, group_info)
         if lengths is not None and kept is not None:

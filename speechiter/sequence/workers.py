@@ -18,6 +18,7 @@ from typing import Any, Optional
 from speechiter.sequence.fetch import Task, fetch
 from speechiter.sequence.lifeline import die_with_parent, leave_fork_server, orphaned
 from speechiter.sequence.shm import SlotRef, SlotWriter, leftover_segments, unlink_segment
+from speechiter.sequence.torch_rng import check_after_batch
 
 # The longest any wait of the msequence engine blocks before it checks on the other
 # side: an idle worker checks that its parent is alive and that the pool is
@@ -166,3 +167,4 @@ def thread_worker_loop(wid, factory, tasks, results, done):
         if isinstance(msg, Stop) or done.is_set():
             return
         results.put(_build(msg, indexer, wid, None))
+        check_after_batch(msg.task.seed)  # NOTE [ torch's generator in thread workers ]

@@ -177,3 +177,11 @@ class LazyTorch:
     def __getitem__(self, ids):
         import torch
         return torch.rand(len(ids)).numpy()
+
+
+class TorchDraw:
+    """Draws from torch's global generator (not reproducible with thread workers)."""
+
+    def __getitem__(self, ids):
+        import torch
+        return torch.rand(len(ids)).numpy()

@@ -1,0 +1,78 @@
+"""Issue 13, item 5: relative data paths resolve against the YAML file's folder, never silently against the
+current one; the summary and the report name the data roots."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+RECIPE = """\
+data_root: {root}
+train:
+  type: block.BlockIterator
+  conf:
+    dataset_type: speech_text.SpeechTextDataset
+    dataset_conf:
+      main_data:
+        feat: !ref <data_root>/idx2wav
+    data_len: !ref <data_root>/idx2wav_len
+    batch_len: 32000
+valid:
+  type: abs.Iterator
+  conf:
+    dataset_type: speech_text.SpeechTextDataset
+    dataset_conf:
+      main_data:
+        feat: !ref <data_root>/idx2wav
+"""
+
+
+def run(cfg: Path, cwd: Path, *args):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(cfg), "--num_workers", "0",
+                           *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.timeout(180)
+def test_a_copy_beside_the_current_folder_never_replaces_the_recipes_corpus(tmp_path, make_corpus):
+    """The issue's case: ../../corpus exists from the current folder too, holding another corpus."""
+    recipe_corpus = make_corpus(tmp_path / "project" / "corpus", num=6)
+    make_corpus(tmp_path / "elsewhere" / "corpus", num=3, seed=1)
+    cfg = tmp_path / "project" / "recipes" / "demo" / "asr.yaml"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(RECIPE.format(root="../../corpus"))
+    cwd = tmp_path / "elsewhere" / "a" / "b"
+    cwd.mkdir(parents=True)
+    report = tmp_path / "report.json"
+    done = run(cfg, cwd, "--report", report, "--epochs", 1)
+    assert done.returncode == 0, done.stderr
+    train = json.loads(report.read_text())["iterators"]["train"]
+    assert train["utterances"] == 6
+    assert train["data_roots"] == [str(recipe_corpus)]
+    assert f"train data: {recipe_corpus}" in done.stdout
+    assert "current folder" not in done.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_path_found_only_from_the_current_folder_is_used_with_a_warning(tmp_path, make_corpus):
+    corpus = make_corpus(tmp_path / "run" / "corpus", num=4)
+    cfg = tmp_path / "recipes" / "asr.yaml"
+    cfg.parent.mkdir()
+    cfg.write_text(RECIPE.format(root="corpus"))
+    done = run(cfg, tmp_path / "run", "--epochs", 1)
+    assert done.returncode == 0, done.stderr
+    assert ("train.conf.dataset_conf.main_data.feat: 'corpus/idx2wav' is not in the YAML file's folder "
+            f"({cfg.parent}); using {corpus / 'idx2wav'} from the current folder") in done.stderr
+    assert f"train data: {corpus}" in done.stdout
+
+
+@pytest.mark.timeout(180)
+def test_the_shipped_demo_recipe_runs_from_any_folder(tmp_path, demo_root):
+    done = run(REPO / "recipes" / "demo" / "asr.yaml", tmp_path, "--epochs", 1)
+    assert done.returncode == 0, done.stderr
+    assert f"train data: {demo_root / 'train'}" in done.stdout and "warn" not in done.stderr.lower()
