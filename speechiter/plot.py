@@ -6,7 +6,9 @@
 Drawing needs matplotlib (the ``plot`` extra); without it :func:`plot_batches`
 raises ModuleNotFoundError saying what to install, and nothing is written.
 """
-from typing import Mapping, Optional, Sequence
+import os
+import sys
+from typing import Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -116,3 +118,15 @@ def plot_iterator(iterator, path, epoch: int = 1) -> str:
     conf = getattr(iterator, "iter_conf", {})
     return plot_batches(batches, iterator.data_len, path, title=title,
                         unit=length_unit(getattr(iterator, "data_len_files", None)), budget=conf.get("batch_len"))
+
+
+def plot_plans(named: Sequence[Tuple[str, object]], path: str, epoch: int) -> None:
+    """The CLI's --plot: one figure per ``(name, iterator)`` (``batches.png``, or ``batches.train-sup.png``
+    for several), and its summary line; without matplotlib one line on stderr saying what to install."""
+    if not have_matplotlib():
+        print(f"speechiter: {NEEDS_MATPLOTLIB}", file=sys.stderr)
+        return
+    root, ext = os.path.splitext(path)
+    for name, iterator in named:
+        target = path if len(named) == 1 else f"{root}.{name.replace('/', '-')}{ext or '.png'}"
+        print(f"{name}: {plot_iterator(iterator, target, epoch)}")

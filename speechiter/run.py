@@ -14,12 +14,14 @@ import time
 import traceback
 from typing import Dict, Optional
 
+from speechiter import interrupts
 from speechiter.build import build_iterators, close_all, flat_iterators, iterators_of
 from speechiter.config import iterator_label, load_config
 from speechiter.dump import DumpWriter, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, policy_of
 from speechiter.iterator.abs import Iterator
+from speechiter.plot import plot_plans
 from speechiter.report import RunReport
 from speechiter.state import LoaderState, RunState, check_step, fingerprint, read_json, write_json_atomic
 
@@ -146,6 +148,7 @@ class Run:
         started = time.perf_counter()
         try:
             for step_batches in loader:
+                interrupts.check()
                 for name, batch in step_batches.items():
                     ids = _ids(batch, loader, name)
                     stats[name].add(ids, batch)
@@ -185,19 +188,6 @@ def _ids(batch, loader: GroupLoader, name) -> list:
     return current.plan[current.step - current.start_step - 1]
 
 
-def plot_plans(iterators, path: str, epoch: int):
-    """--plot: one figure per iterator (``batches.png``, or ``batches.train-sup.png`` for several)."""
-    from speechiter.plot import NEEDS_MATPLOTLIB, have_matplotlib, plot_iterator
-    if not have_matplotlib():
-        print(f"speechiter: {NEEDS_MATPLOTLIB}", file=sys.stderr)
-        return
-    named = list(flat_iterators(iterators))
-    root, ext = os.path.splitext(path)
-    for name, iterator in named:
-        target = path if len(named) == 1 else f"{root}.{name.replace('/', '-')}{ext or '.png'}"
-        print(f"{name}: {plot_iterator(iterator, target, epoch)}")
-
-
 def _progress(total: int, desc: str, quiet: bool):
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, disable=quiet, file=sys.stderr, leave=False, dynamic_ncols=True)
@@ -220,7 +210,7 @@ def run(args) -> int:
     run_ = Run(args, iterators, rank, world_size)
     try:
         if args.plot and rank == 0:
-            plot_plans(iterators, args.plot, args.start_epoch)
+            plot_plans(list(flat_iterators(iterators)), args.plot, args.start_epoch)
         if args.resume:
             if mode != "train":
                 raise ConfigError("--resume", "applies to train mode")
@@ -261,6 +251,11 @@ def _init_distributed(args):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    with interrupts.installed():  # NOTE [ Swallowed Ctrl-C ]
+        return _main(args)
+
+
+def _main(args) -> int:
     try:
         return run(args)
     except SpeechiterError as e:

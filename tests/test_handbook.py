@@ -1,8 +1,14 @@
-"""The handbook's custom-Iterator example runs as written."""
+"""The handbook's custom-Iterator and custom-Dataset examples run as written."""
 import re
+import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 import speechiter
+from speechiter.dump import checksum
+from speechiter.errors import ConfigError
 
 HANDBOOK = Path(__file__).resolve().parents[1] / "handbook.md"
 
@@ -35,3 +41,52 @@ def test_handbook_custom_iterator_example(tmp_path, corpus):
         assert len(batches) == len(iterator) and batches[0]["feat"].shape[0] == 1
     finally:
         iterator.close()
+
+
+def dataset_blocks():
+    section = HANDBOOK.read_text().split("## Writing your own Dataset", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    yaml_text = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    return code, yaml_text
+
+
+def write_dataset_example(tmp_path, corpus, yaml_edit=lambda text: text):
+    # forget another test's my_lab/ (the custom-Iterator example's): the registry put its folder on sys.path
+    for name in [m for m in sys.modules if m == "my_lab" or m.startswith("my_lab.")]:
+        del sys.modules[name]
+    sys.path[:] = [p for p in sys.path if not (Path(p) / "my_lab").is_dir()]
+    code, yaml_text = dataset_blocks()
+    (tmp_path / "my_lab").mkdir(exist_ok=True)
+    (tmp_path / "my_lab" / "__init__.py").write_text("")
+    (tmp_path / "my_lab" / "datasets.py").write_text(code)
+    yaml_text = yaml_text.replace("/path/to/idx2wav_len", str(corpus / "idx2wav_len"))
+    yaml_text = yaml_text.replace("/path/to/idx2wav", str(corpus / "idx2wav"))
+    (tmp_path / "recipe.yaml").write_text(yaml_edit(yaml_text))
+    return tmp_path / "recipe.yaml"
+
+
+def batches_of(recipe, num_workers):
+    iterators = speechiter.build_iterators(speechiter.load_config(recipe), num_workers=num_workers, out_type="null")
+    iterator = iterators["test"]["noisy"]
+    try:
+        return [dict(batch) for batch in iterator.build_loader(epoch=1)]
+    finally:
+        iterator.close()
+
+
+@pytest.mark.timeout(120)
+def test_handbook_custom_dataset_example(tmp_path, corpus):
+    recipe = write_dataset_example(tmp_path, corpus)
+    inline, workers = batches_of(recipe, 0), batches_of(recipe, 2)
+    assert len(inline) == len(workers) > 1
+    for a, b in zip(inline, workers):  # the same noise, whoever builds the batch
+        assert checksum(a) == checksum(b)
+        assert isinstance(a["snr"], np.ndarray) and a["snr"].dtype == np.float32
+        assert len(a["snr"]) == len(a["feat"]) and ((10 <= a["snr"]) & (a["snr"] <= 20)).all()
+
+
+def test_a_typo_in_an_option_passed_on_with_kwargs_names_its_yaml_path(tmp_path, corpus):
+    recipe = write_dataset_example(tmp_path, corpus, lambda text: text.replace("sample_rate:", "sample_rat:"))
+    with pytest.raises(ConfigError, match=r"^data_cfg\.test\.noisy\.conf\.dataset_conf\.sample_rat: unknown option of "
+                                          r"NoisySpeech; did you mean 'sample_rate'\? accepted: .*min_snr"):
+        speechiter.build_iterators(speechiter.load_config(recipe), num_workers=0)

@@ -2,6 +2,7 @@
 
     python tools/bench.py                 # engines: inline, torch DataLoader, msequence proc / thread; wav and flac
     python tools/bench.py --hdf5          # also individual files against HDF5 chunks
+    python tools/bench.py --segments      # also individual files against time ranges of long recordings
     python tools/bench.py --scale [...]   # planning at 1M / 10M utterances and worker memory (tools/bench_scale.py)
 
 Engines bench: a corpus from tools/make_corpus.py (LibriSpeech-like durations,
@@ -31,7 +32,8 @@ SAMPLE_RATE = 16000
 ENGINES = {  # name: Iterator settings
     "inline": dict(engine="inline", num_workers=0),
     "torch": dict(engine="torch"),
-    "msequence proc": dict(engine="msequence", thread_type="proc"),
+    "msequence proc": dict(engine="msequence", thread_type="proc"),  # workers from a fork server
+    "msequence fork": dict(engine="msequence", thread_type="proc", start_method="fork"),
     "msequence thread": dict(engine="msequence", thread_type="thread"),
 }
 
@@ -62,14 +64,15 @@ def consume(loader):
     return frames / SAMPLE_RATE, time.perf_counter() - start, first
 
 
-def bench_engines(corpus: Path, workers: int, batch_seconds: float, epochs: int):
+def bench_engines(corpus: Path, workers: int, batch_seconds: float, epochs: int, engines=None):
     """Rates of every engine, measured interleaved: one epoch of each in turn,
     so that load from elsewhere on a shared machine hits them alike.
 
     Returns {engine: (median audio s/s over the timed epochs, cold-start seconds to first batch)}.
     """
-    iterators = {name: make_iterator(corpus, settings, workers, batch_seconds) for name, settings in ENGINES.items()}
-    rates = {name: [] for name in ENGINES}
+    engines = engines or ENGINES
+    iterators = {name: make_iterator(corpus, settings, workers, batch_seconds) for name, settings in engines.items()}
+    rates = {name: [] for name in engines}
     firsts = {}
     try:
         for name, iterator in iterators.items():  # warm-up epoch (worker start, page cache): time to first batch
@@ -81,7 +84,7 @@ def bench_engines(corpus: Path, workers: int, batch_seconds: float, epochs: int)
     finally:
         for iterator in iterators.values():
             iterator.close()
-    return {name: (statistics.median(rates[name]), firsts[name]) for name in ENGINES}
+    return {name: (statistics.median(rates[name]), firsts[name]) for name in engines}
 
 
 def bench_epoch_boundaries(corpus: Path, settings, workers: int, batch_seconds: float, short=3, count=20,
@@ -157,6 +160,8 @@ def run_engines(args):
                       f"(ratio {resumed / first:.2f}; no skipped batch is read)")
             if args.hdf5 and fmt == args.formats[0]:
                 run_hdf5(corpus, Path(tmp), args)
+            if args.segments and fmt == args.formats[0]:
+                run_segments(corpus, Path(tmp), args)
 
 
 def run_hdf5(corpus: Path, tmp: Path, args):
@@ -174,6 +179,42 @@ def run_hdf5(corpus: Path, tmp: Path, args):
         print(f"{label:<18}{rate:>11.1f}{first:>15.3f}")
 
 
+def segment_corpus(corpus: Path, out: Path) -> Path:
+    """The utterances of ``corpus`` as time ranges (``#t=start,end``) of one long recording per speaker."""
+    import numpy as np
+    import soundfile
+    out.mkdir(parents=True)
+    entries = [line.split(maxsplit=1) for line in (corpus / "idx2wav").read_text().splitlines()]
+    by_speaker = {}
+    for uid, path in entries:
+        by_speaker.setdefault(uid.split("-")[0], []).append((uid, path.strip()))
+    lines = []
+    for speaker, utterances in by_speaker.items():
+        waves = [soundfile.read(corpus / path if not os.path.isabs(path) else path, dtype="int16")[0]
+                 for _, path in utterances]
+        recording = out / f"{speaker}.{'wav' if str(utterances[0][1]).endswith('wav') else 'flac'}"
+        soundfile.write(recording, np.concatenate(waves), SAMPLE_RATE, subtype="PCM_16")
+        offset = 0
+        for (uid, _), wave in zip(utterances, waves):
+            lines.append(f"{uid} {recording.name}#t={offset / SAMPLE_RATE},{(offset + len(wave)) / SAMPLE_RATE}")
+            offset += len(wave)
+    (out / "idx2wav").write_text("\n".join(lines) + "\n")
+    (out / "idx2wav_len").write_text((corpus / "idx2wav_len").read_text())
+    return out
+
+
+def run_segments(corpus: Path, tmp: Path, args):
+    """Individual files against time ranges of one long recording per speaker (issue 15: >= 80%)."""
+    segments = segment_corpus(corpus, tmp / "segments")
+    engines = {"msequence proc": ENGINES["msequence proc"]}
+    print("\n[files vs segments]  audio seconds loaded per second, msequence proc")
+    rates = {}
+    for label, root in (("individual files", corpus), ("segments", segments)):
+        rates[label], first = bench_engines(root, args.workers, args.batch_seconds, args.epochs, engines)["msequence proc"]
+        print(f"{label:<18}{rates[label]:>11.1f}{first:>15.3f}")
+    print(f"segments / files: {rates['segments'] / rates['individual files']:.2f} (target >= 0.80)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", action="store_true", help="run tools/bench_scale.py (other options go to it)")
@@ -183,6 +224,8 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=9, help="timed epochs of each engine after the warm-up")
     parser.add_argument("--formats", nargs="+", default=["wav", "flac"], choices=["wav", "flac"])
     parser.add_argument("--hdf5", action="store_true", help="also compare individual files with HDF5 chunks")
+    parser.add_argument("--segments", action="store_true", help="also compare individual files with time ranges "
+                        "of long recordings")
     args, rest = parser.parse_known_args(argv)
     if args.scale:
         scale = REPO / "tools" / "bench_scale.py"

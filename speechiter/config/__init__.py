@@ -28,7 +28,7 @@ from typing import Iterable
 from speechiter.checks import check_int
 from speechiter.config.groups import (ALLOWED_COMBINATIONS, GROUPS, IteratorSpec, check_groups, iter_specs,
                                       iterator_label)
-from speechiter.config.overrides import apply_override, parse_override
+from speechiter.config.overrides import apply_overrides, parse_override
 from speechiter.config.refs import Resolver
 from speechiter.config.tags import KNOWN_TAGS, Ref, SpeechLoader, one_line, parse_yaml
 from speechiter.errors import ConfigError
@@ -102,12 +102,13 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
         raise ConfigError("data_cfg", f"{source} has no data groups: expected train / valid / "
                           "test at top level or under a data_cfg key")
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
-    forwarded = []
+    forwarded, here = [], []
     for text in overrides:
         if groups_under_data_cfg and isinstance(raw.get("data_cfg"), str) and _inside_groups(raw, text):
             forwarded.append(text)  # meant for the data_cfg file
         else:
-            apply_override(raw, text, groups_under_data_cfg, new_top_keys=EXP_SETTINGS if groups_under_data_cfg else ())
+            here.append(text)
+    apply_overrides(raw, here, groups_under_data_cfg, new_top_keys=EXP_SETTINGS if groups_under_data_cfg else ())
 
     resolver = Resolver(raw, source.name)
     settings = _exp_settings(raw, resolver) if groups_under_data_cfg else {}

@@ -6,7 +6,8 @@ from typing import Any
 
 from speechiter.checks import did_you_mean
 from speechiter.config.groups import GROUPS
-from speechiter.config.tags import parse_yaml
+from speechiter.config.refs import REF_PATTERN
+from speechiter.config.tags import Ref, parse_yaml
 from speechiter.errors import ConfigError
 
 
@@ -29,19 +30,42 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def apply_override(raw: dict, text: str, groups_under_data_cfg: bool, new_top_keys=()) -> None:
-    """Set one ``dotted.key=value`` in the raw (unresolved) tree, in place.
+def apply_overrides(raw: dict, texts, groups_under_data_cfg: bool, new_top_keys=()) -> None:
+    """Apply ``--set`` overrides in order, then refuse a new top-level key that nothing uses.
 
-    A key may be new only inside a mapping (an option the recipe leaves at its default); at the top
-    level, where a new variable would change nothing, only a group or one of ``new_top_keys`` (an
-    exp_cfg's run settings) may be new: anything else is a typo, answered with a did-you-mean.
+    A key may be new inside a mapping (an option the recipe leaves at its default). At the top level a
+    new key is a variable: unless a group, one of ``new_top_keys`` (an exp_cfg's run settings) or the
+    target of a ``!ref``, it would change nothing, so it is a typo, answered with a did-you-mean.
     """
+    known = [k for k in [*raw, *new_top_keys] if isinstance(k, str)]
+    new = {}
+    for text in texts:
+        key = parse_override(text)[0]
+        if "." not in key and key not in raw and key not in GROUPS and key not in new_top_keys and key != "data_cfg":
+            new.setdefault(key, text)
+        apply_override(raw, text, groups_under_data_cfg)
+    used = _referenced(raw)
+    for key, text in new.items():
+        if key not in used:
+            raise ConfigError(key, f"no such top-level key, and a new one would change nothing "
+                                   f"(override {text!r}){did_you_mean(key, known)}")
+
+
+def _referenced(node) -> set:
+    """The top-level names the ``!ref`` values in ``node`` refer to."""
+    if isinstance(node, Ref):
+        return {match.group(1).strip() for match in REF_PATTERN.finditer(node.text)}
+    if isinstance(node, dict):
+        return set().union(*(_referenced(v) for v in node.values())) if node else set()
+    if isinstance(node, list):
+        return set().union(*(_referenced(v) for v in node)) if node else set()
+    return set()
+
+
+def apply_override(raw: dict, text: str, groups_under_data_cfg: bool) -> None:
+    """Set one ``dotted.key=value`` in the raw (unresolved) tree, in place."""
     key, value = parse_override(text)
     parts = key.split(".")
-    if len(parts) == 1 and parts[0] not in raw and parts[0] not in GROUPS and parts[0] not in new_top_keys:
-        known = [k for k in [*raw, *new_top_keys] if isinstance(k, str)]
-        raise ConfigError(parts[0], f"no such top-level key, and a new one would change nothing "
-                          f"(override {text!r}){did_you_mean(parts[0], known)}")
     if groups_under_data_cfg:
         # `train.conf.x` means `data_cfg.train.conf.x`; exp_cfg files may also
         # hold top-level flags such as `train: False`, which a bare `train=...` sets.

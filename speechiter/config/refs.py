@@ -14,7 +14,7 @@ from speechiter.checks import did_you_mean
 from speechiter.config.tags import MAX_VALUES, Ref
 from speechiter.errors import ConfigError
 
-_REF = re.compile(r"<([^<>\[\]]+?)\s*((?:\[\s*-?\d+\s*\])*)\s*>")
+REF_PATTERN = re.compile(r"<([^<>\[\]]+?)\s*((?:\[\s*-?\d+\s*\])*)\s*>")
 #: the longest string one ``!ref`` interpolation may build
 MAX_TEXT = 1_000_000
 
@@ -89,7 +89,7 @@ class Resolver:
         return resolved
 
     def ref(self, ref: Ref, path: str) -> Any:
-        whole = _REF.fullmatch(ref.text.strip())
+        whole = REF_PATTERN.fullmatch(ref.text.strip())
         if whole:  # `!ref <batch_len>` keeps the value's type
             return self.copy(self.lookup(whole, ref, path), path)
         size = len(ref.text)
@@ -102,7 +102,7 @@ class Resolver:
                 raise ExpansionError(path, f"{self.describe(ref)}: the interpolated text would be longer than "
                                            f"{MAX_TEXT:,} characters; refusing it")
             return text
-        return _REF.sub(piece, ref.text)
+        return REF_PATTERN.sub(piece, ref.text)
 
     def lookup(self, match: re.Match, ref: Ref, path: str) -> Any:
         key = match.group(1).strip()

@@ -12,17 +12,20 @@ The ``data_selection`` rules live in selection.py, the collation helpers in
 collate.py, and the engine's adapter (DatasetReader) in reader.py.
 """
 import os
+import re
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from speechiter.checks import did_you_mean
 from speechiter.dataset.collate import check_same_keys, collate_values, odd_shape
 from speechiter.dataset.collate import pad_stack  # noqa: F401 (re-exported)
 from speechiter.dataset.selection import select_ids, selection_rules
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2_files
 from speechiter.plan import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
+from speechiter.registry import signature_names
 
 
 class Dataset:
@@ -73,7 +76,13 @@ class Dataset:
             self.keep_only(ids)
             counts.append(len(self))
         self.data_len = self.data_len_register_fn(self.main_data)
-        self.dataset_init_fn(**dataset_conf)
+        try:
+            self.dataset_init_fn(**dataset_conf)
+        except TypeError as error:
+            option_error = _option_error(type(self), error)
+            if option_error is None:
+                raise
+            raise option_error from None
 
     # --- loading ---------------------------------------------------------------
     def _read_main_data(self, key: str, files):
@@ -254,3 +263,21 @@ class Dataset:
 
     def __repr__(self):
         return f"{type(self).__name__}({len(self)} utterances, data: {', '.join(self.main_data)})"
+
+
+_BINDING = re.compile(r"dataset_init_fn\(\) (?:got an unexpected keyword argument '(?P<unknown>[^']+)'|"
+                      r"missing \d+ required (?:keyword-only |positional )?arguments?: '(?P<missing>[^']+)')")
+
+
+def _option_error(cls: type, error: TypeError) -> Optional[ConfigError]:
+    """The ConfigError for a dataset_init_fn that refused its options, where checking them before the call
+    could not (a subclass's ``**kwargs`` passed on to its parent's); None for any other TypeError."""
+    match = _BINDING.search(str(error))
+    if match is None:
+        return None
+    if match["missing"]:
+        return ConfigError(match["missing"], f"missing required option of {cls.__qualname__}")
+    accepted = sorted({name for klass in cls.__mro__ if "dataset_init_fn" in vars(klass)
+                       for name in signature_names(vars(klass)["dataset_init_fn"])[0]})
+    return ConfigError(match["unknown"], f"unknown option of {cls.__qualname__}{did_you_mean(match['unknown'], accepted)}"
+                                         f" accepted: {', '.join(accepted) or 'none'}")

@@ -275,8 +275,8 @@ class SpeechTextDataset(Dataset):
                 for name, value in collate_values(key, values):
                     batch[name] = value
                 batch.setdefault("duration_len", np.array([len(v) for v in values], dtype=np.int64))
-            else:
-                batch[key] = list(values)
+            else:  # text, spk_ids (lists) and a subclass's own fields: numbers become arrays, as in the base
+                batch.update(collate_values(key, values))
         return batch
 
 
