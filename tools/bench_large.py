@@ -39,12 +39,32 @@ FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", 
 # ----------------------------------------------------------------- storage
 
 
+def forward(handler, target: str, body: bytes) -> None:
+    """Send ``handler``'s request (an http.server handler) to ``target`` and its answer back.
+
+    Shared with the storage tests' proxy (tests/storage/conftest.py).
+    """
+    host, port = target.split("//", 1)[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request(handler.command, handler.path, body=body or None, headers=dict(handler.headers))
+    response = conn.getresponse()
+    data = response.read()
+    handler.send_response(response.status)
+    for key, value in response.getheaders():
+        if key.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
+            handler.send_header(key, value)
+    length = response.getheader("Content-Length") if handler.command == "HEAD" else None
+    handler.send_header("Content-Length", length or str(len(data)))
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(data)
+    conn.close()
+
+
 class DelayingProxy:
     """Forwards every HTTP request to ``target`` after sleeping ``delay`` seconds."""
 
     def __init__(self, target: str, delay: float):
-        host, port = target.split("//", 1)[1].split(":")
-
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -54,20 +74,7 @@ class DelayingProxy:
             def _forward(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 time.sleep(delay)
-                conn = http.client.HTTPConnection(host, int(port), timeout=60)
-                conn.request(self.command, self.path, body=body or None, headers=dict(self.headers))
-                response = conn.getresponse()
-                data = response.read()
-                self.send_response(response.status)
-                for key, value in response.getheaders():
-                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
-                        self.send_header(key, value)
-                length = response.getheader("Content-Length") if self.command == "HEAD" else None
-                self.send_header("Content-Length", length or str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-                conn.close()
+                forward(self, target, body)
 
             do_GET = do_HEAD = do_PUT = do_POST = _forward
 

@@ -19,12 +19,15 @@ Skipped cleanly when moto (server mode), boto3 or s3fs is not installed
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_tool
 
 
 def _require_packages():
@@ -138,6 +141,12 @@ def localhost_only(monkeypatch):
 # ------------------------------------------------------------ a counting proxy
 
 
+@functools.lru_cache(maxsize=None)
+def _bench_large():
+    """tools/bench_large.py, loaded once: its ``forward`` relays the proxy's requests."""
+    return load_tool("bench_large")
+
+
 class Proxy:
     """A forwarding HTTP proxy on 127.0.0.1 in front of ``target``: it counts
     requests (``requests``: ``[(method, path, Range header)]``) and, per
@@ -176,23 +185,7 @@ class Proxy:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                import http.client
-
-                host, port = proxy.target.split("//", 1)[1].split(":")
-                conn = http.client.HTTPConnection(host, int(port), timeout=30)
-                conn.request(self.command, self.path, body=body or None, headers=dict(self.headers))
-                response = conn.getresponse()
-                data = response.read()
-                self.send_response(response.status)
-                for key, value in response.getheaders():
-                    if key.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):
-                        self.send_header(key, value)
-                length = response.getheader("Content-Length") if self.command == "HEAD" else None
-                self.send_header("Content-Length", length or str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-                conn.close()
+                _bench_large().forward(self, proxy.target, body)
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _any
 
