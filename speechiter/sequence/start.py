@@ -92,6 +92,8 @@ def warm_up(factory, start_method: Optional[str]) -> None:
     Called when an iterator with process workers is built, so that the
     server's start (and its preloads) overlaps with the user's own set-up.
     """
+    if _server_running():
+        return  # nothing to warm up (and no reason to pickle the reader here)
     if start_method_for(factory, start_method) == "forkserver":
         threading.Thread(target=_start_server, args=(factory,), name="speechiter-forkserver-start",
                          daemon=True).start()
@@ -133,9 +135,13 @@ def _needs_interactive_main(factory) -> bool:
         return True
 
 
+def _server_running() -> bool:
+    return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None) is not None
+
+
 def _set_preload(torch: bool) -> None:
     server = multiprocessing.forkserver._forkserver
-    if getattr(server, "_forkserver_pid", None) is not None:
+    if _server_running():
         return  # already running with its preloads
     modules = list(getattr(server, "_preload_modules", None) or ["__main__"])
     wanted = list(PRELOAD) + (["torch"] if torch else [])
