@@ -41,3 +41,12 @@ def test_the_cli_exits_2_with_one_line(demo_root):
     assert done.stderr.splitlines() == [
         "speechiter: error: batch_lenn: no such top-level key, and a new one would change nothing "
         "(override 'batch_lenn=3'); did you mean 'batch_len'?"]
+
+
+def test_an_exp_cfg_sends_the_variables_it_lacks_to_its_data_cfg_file(tmp_path, demo_root):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(f"seed: 3\ndata_cfg: {ASR}\n")
+    cfg = load_config(exp, ["batch_len=3e5"])  # a variable of asr.yaml, not of the exp_cfg
+    assert cfg["train"]["conf"]["batch_len"] == 3e5 and cfg.settings["seed"] == 3
+    with pytest.raises(ConfigError, match=r"^batch_lenn: no such top-level key.*did you mean 'batch_len'\?$"):
+        load_config(exp, ["batch_lenn=3"])

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from speechiter.checks import check_int
+from speechiter.checks import check_int, did_you_mean
 from speechiter.config.groups import (ALLOWED_COMBINATIONS, GROUPS, IteratorSpec, check_groups, iter_specs,
                                       iterator_label)
 from speechiter.config.overrides import apply_overrides, parse_override
@@ -104,7 +104,7 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     forwarded, here = [], []
     for text in overrides:
-        if groups_under_data_cfg and isinstance(raw.get("data_cfg"), str) and _inside_groups(raw, text):
+        if groups_under_data_cfg and isinstance(raw.get("data_cfg"), str) and _for_data_file(raw, text):
             forwarded.append(text)  # meant for the data_cfg file
         else:
             here.append(text)
@@ -140,6 +140,15 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
                           else resolver.value(raw[key], str(key), tolerant=True)
                           for key in variable_keys}
     return data_cfg
+
+
+def _for_data_file(raw: dict, text: str) -> bool:
+    """Whether an exp_cfg's override is meant for its data_cfg file: inside the groups, or a top-level
+    variable the exp_cfg itself lacks (the file's own variables, or a typo the file's check answers)."""
+    top = parse_override(text)[0].split(".")[0]
+    near_setting = bool(did_you_mean(top, EXP_SETTINGS))  # `ngpus`: answered here, with the settings' names
+    return _inside_groups(raw, text) or (top not in raw and top not in EXP_SETTINGS and top not in GROUPS
+                                         and not near_setting)
 
 
 def _inside_groups(raw: dict, text: str) -> bool:
