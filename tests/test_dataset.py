@@ -322,3 +322,12 @@ def test_batch_length_fn_takes_arrays_like_numbers(corpus, conf):
     lengths = np.array([0, 1, 399, 400, 401, 16000, 160001, 12345.5, 99999], dtype=np.float64)
     one_by_one = [dataset.batch_length_fn(int(v) if float(v).is_integer() else v) for v in lengths.tolist()]
     np.testing.assert_array_equal(dataset.batch_length_fn(lengths), one_by_one)
+
+
+def test_numbers_collate_to_one_array_type():
+
+    assert collate_values("n", [1, 2.5])[0][1].tolist() == [1.0, 2.5]  # never truncated to int64
+    assert collate_values("n", [1, 2])[0][1].dtype == np.int64
+    assert collate_values("b", [True, False])[0][1].dtype == bool
+    with pytest.raises(DataError, match=r"cannot collate n: .* \(NoneType, int\)"):
+        collate_values("n", [1, None])

@@ -36,13 +36,22 @@ def collate_values(name: str, values: List) -> List[tuple]:
         if first.ndim == 0 or (lengths == lengths[0]).all():
             return [(name, np.stack(values))]
         return [(name, pad_stack(values, first.dtype)), (f"{name}_len", lengths)]
-    if isinstance(first, (bool, np.bool_)):
-        return [(name, np.array(values, dtype=bool))]
-    if isinstance(first, (int, np.integer)):
-        return [(name, np.array(values, dtype=np.int64))]
-    if isinstance(first, (float, np.floating)):
-        return [(name, np.array(values, dtype=np.float32))]
+    if isinstance(first, (bool, np.bool_, int, np.integer, float, np.floating)):
+        return [(name, _numbers(name, values))]
     return [(name, list(values))]
+
+
+def _numbers(name: str, values: List) -> np.ndarray:
+    """One number per utterance as an array: bool, int64, or float32 as soon as one of them is a float
+    (never an int64 that truncates a later 2.5)."""
+    if all(isinstance(v, (bool, np.bool_)) for v in values):
+        return np.array(values, dtype=bool)
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values):
+        return np.array(values, dtype=np.int64)
+    if all(isinstance(v, (int, np.integer, float, np.floating)) for v in values):
+        return np.array(values, dtype=np.float32)
+    kinds = sorted({type(v).__name__ for v in values})
+    raise DataError(f"cannot collate {name}: the utterances of one batch give numbers and other values ({', '.join(kinds)})")
 
 
 def check_same_keys(ids: Sequence[str], items: Sequence[Dict[str, Any]]) -> None:
