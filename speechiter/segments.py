@@ -27,6 +27,7 @@ the current folder (Kaldi's rule: the recipe folder). Piped entries
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import struct
@@ -188,9 +189,13 @@ def read_audio(file: str, segment: Optional[Segment]) -> Tuple[np.ndarray, int]:
     (a path or URL; None: all of it), read by seeking."""
     select = _select(segment, redact(file))
     if is_url(file):
-        header = _remote_wav_header(file) if file.lower().endswith(".wav") else None
+        wav = file.lower().endswith(".wav")  # a whole one with no header known: one request, not two
+        whole = read_range(file, 0, None) if wav and segment is None and file not in _wav_headers else None
+        header = _remote_wav_header(file, whole) if wav else None
         if header is not None:
-            return _read_remote_wav(file, header, select)
+            return _read_remote_wav(file, header, select, whole)
+        if whole is not None:
+            return _read_soundfile(io.BytesIO(whole), select, redact(file))
         return call(file, lambda: _with_file(file, lambda f: _read_soundfile(f, select, redact(file))))
     if file.lower().endswith(".flac") and flac.available():
         return flac.read_flac(file, select)
@@ -254,15 +259,14 @@ _wav_headers: Dict[str, Optional[_WavHeader]] = {}
 _MAX_HEADERS = 1 << 16  # per process; cleared when full
 
 
-def _remote_wav_header(url: str) -> Optional[_WavHeader]:
-    """The header of a PCM16 / float32 wav at ``url`` (one 64 KB request,
-    then cached), or None for any other layout (read by libsndfile)."""
+def _remote_wav_header(url: str, head: Optional[bytes] = None) -> Optional[_WavHeader]:
+    """The header of a PCM16 / float32 wav at ``url`` (from ``head``, its first
+    bytes, or one 64 KB request; cached), or None for another layout (libsndfile)."""
     if url in _wav_headers:
         return _wav_headers[url]
-    head = read_range(url, 0, _HEAD_BYTES)
-    header = None
+    head = read_range(url, 0, _HEAD_BYTES) if head is None else head
+    header, pos, fmt = None, 12, None
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        pos, fmt = 12, None
         while pos + 8 <= len(head):
             chunk, size = head[pos:pos + 4], struct.unpack_from("<I", head, pos + 4)[0]
             if chunk == b"fmt " and size >= 16:
@@ -282,11 +286,11 @@ def _remote_wav_header(url: str) -> Optional[_WavHeader]:
     return header
 
 
-def _read_remote_wav(url: str, header: _WavHeader, select) -> Tuple[np.ndarray, int]:
+def _read_remote_wav(url: str, header: _WavHeader, select, whole: Optional[bytes]) -> Tuple[np.ndarray, int]:
     first, count = select(header.frames, header.rate)
     size = header.channels * int(header.dtype[-1])
     start = header.offset + first * size
-    raw = read_range(url, start, start + count * size)
+    raw = read_range(url, start, start + count * size) if whole is None else whole[start:start + count * size]
     if len(raw) != count * size:
         raise DataError(f"{redact(url)}: truncated audio: {len(raw) // size} of {count} frames")
     x = np.frombuffer(raw, header.dtype).reshape(count, header.channels).astype(np.float32)

@@ -87,6 +87,9 @@ def _env_number(name: str, default: float, kind=float):
 # --------------------------------------------------------------- filesystems
 # See NOTE [ Filesystems, threads and fork ].
 
+# Connections one S3 filesystem (so one process) keeps open at once; botocore's
+# default of 10 made 32 thread workers wait for each other (tools/bench.py --large).
+MAX_CONNECTIONS = 64
 _filesystems: Dict[str, object] = {}
 _fs_pid = os.getpid()
 _fs_lock = threading.Lock()
@@ -135,6 +138,7 @@ def _make_filesystem(protocol: str, url: str):
 
             fs = s3fs.S3FileSystem(skip_instance_cache=True, config_kwargs={
                 "connect_timeout": min(timeout, 10.0), "read_timeout": timeout,
+                "max_pool_connections": MAX_CONNECTIONS,
                 "retries": {"total_max_attempts": 1, "mode": "standard"}})
             fs.retries = 1  # See NOTE [ Storage failures ]
         elif protocol in ("http", "https"):
@@ -227,9 +231,9 @@ def call(url: str, fn: Callable[[], T], what: str = "read") -> T:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def read_range(url: str, start: int, end: int) -> bytes:
-    """Bytes ``[start, end)`` of the object at ``url`` (fewer at its end): one
-    ranged request, or blocks of the local cache."""
+def read_range(url: str, start: int, end: Optional[int]) -> bytes:
+    """Bytes ``[start, end)`` of the object at ``url`` (fewer at its end; end
+    None: to the end): one request, or blocks of the local cache."""
     fs = filesystem(url)
 
     def read():
@@ -237,7 +241,7 @@ def read_range(url: str, start: int, end: int) -> bytes:
             return fs.cat_file(url, start=start, end=end)
         with fs.open(url, "rb") as f:
             f.seek(start)
-            return f.read(end - start)
+            return f.read(-1 if end is None else end - start)
 
     return call(url, read)
 

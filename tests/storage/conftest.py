@@ -152,13 +152,15 @@ class Proxy:
     requests (``requests``: ``[(method, path, Range header)]``) and, per
     ``mode``, forwards ("ok"), drops the connection without an answer
     ("drop"), stalls until closed ("stall"), or answers 503 to the next
-    ``fail_next`` requests first."""
+    ``fail_next`` requests first. ``hold``, if set, is called before each
+    request is handled."""
 
     def __init__(self, target):
         import http.server
         import threading
 
         self.target, self.mode, self.fail_next, self.requests = target, "ok", 0, []
+        self.hold = None
         self.released = threading.Event()
         proxy = self
 
@@ -170,6 +172,8 @@ class Proxy:
 
             def _any(self):
                 proxy.requests.append((self.command, self.path, self.headers.get("Range")))
+                if proxy.hold is not None:
+                    proxy.hold()
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if proxy.mode == "drop":
                     self.close_connection = True

@@ -100,6 +100,43 @@ def test_a_segment_costs_one_small_request(s3_corpus, s3_client, s3_proxy, tmp_p
     assert len(s3_proxy.requests) == 1  # the header is known now
 
 
+def test_a_whole_wav_costs_one_request(s3_corpus, s3_client, s3_proxy, tmp_path):
+    full = long_wav(tmp_path / "long.wav", seconds=5)
+    x24 = long_wav(tmp_path / "long24.wav", seconds=2)
+    soundfile.write(str(tmp_path / "long24.wav"), x24, 16000, subtype="PCM_24")  # a layout libsndfile reads
+    for name in ("long.wav", "long24.wav"):
+        s3_client.upload_file(str(tmp_path / name), s3_corpus.bucket, name)
+    url = f"s3://{s3_corpus.bucket}/long.wav"
+    np.testing.assert_array_equal(read_feat(url), full)
+    assert [r[2] for r in s3_proxy.requests] == ["bytes=0-"]  # one GET of all of it, the header parsed from it
+    s3_proxy.requests.clear()
+    np.testing.assert_array_equal(read_feat(url), full)
+    assert [r[2] for r in s3_proxy.requests] == [f"bytes=44-{44 + 2 * len(full) - 1}"]  # header known: the samples
+    s3_proxy.requests.clear()
+    np.testing.assert_array_equal(read_feat(f"s3://{s3_corpus.bucket}/long24.wav"),
+                                  soundfile.read(str(tmp_path / "long24.wav"), dtype="float32", always_2d=True)[0])
+    assert [r[2] for r in s3_proxy.requests] == ["bytes=0-"]
+
+
+@pytest.mark.timeout(120)
+def test_many_threads_read_at_once(s3_corpus, s3_proxy):
+    """24 reads in 24 threads are in flight together (botocore's default pool
+    of 10 connections would hold 14 back: the barrier would break)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from speechiter import storage
+
+    assert storage.MAX_CONNECTIONS >= 24
+    paths = [line.split(" ", 1)[1] for line in (s3_corpus.local / "idx2wav").read_text().splitlines()]
+    storage.read_range(f"{s3_corpus.url}/{paths[0]}", 0, 4)  # the filesystem is made
+    barrier = threading.Barrier(24, timeout=20)
+    s3_proxy.hold = barrier.wait
+    with ThreadPoolExecutor(24) as pool:
+        heads = list(pool.map(lambda i: storage.read_range(f"{s3_corpus.url}/{paths[i % len(paths)]}", 0, 4),
+                              range(24)))
+    assert heads == [b"RIFF"] * 24 and not barrier.broken
+
+
 def test_flac_and_hdf5_ranges_read_a_small_part(s3_corpus, s3_client, s3_proxy, tmp_path):
     full = long_wav(tmp_path / "long.wav")
     soundfile.write(str(tmp_path / "long.flac"), full, 16000, subtype="PCM_16")
@@ -184,7 +221,7 @@ def test_transient_errors_are_retried_a_bounded_number_of_times(s3_corpus, s3_pr
     url = f"{s3_corpus.url}/{path}"
     s3_proxy.fail_next = 2  # two 503s, then the answer
     np.testing.assert_array_equal(read_feat(url), read_feat(str(s3_corpus.local / path)))
-    assert len(s3_proxy.gets()) == 4  # header: 503, 503, 200; then the samples
+    assert len(s3_proxy.gets()) == 3  # the whole object: 503, 503, 200
     s3_proxy.requests.clear()
     s3_proxy.fail_next = 10
     assert "server error 503 after 3 tries" in one_line_error(f"{url}#t=0.1,0.2")
