@@ -52,6 +52,9 @@ class Dataset:
     #: main_data names whose values are file paths; relative ones resolve
     #: against the folder of the idx2 file that lists them.
     path_keys: Sequence[str] = ()
+    #: (lengths, files) of a waveform length file, set by the iterator: NOTE [ Length files are checked ]
+    #: in length_check.py
+    expected_lengths = None
 
     def __init__(self, main_data: Dict[str, Union[str, List[str]]], data_selection=None, seed: int = 0,
                  **dataset_conf):

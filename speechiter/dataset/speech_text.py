@@ -27,6 +27,7 @@ from speechiter.audio import resample, resampled_length
 from speechiter.checks import check_bool, check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
+from speechiter.dataset.length_check import length_problem
 from speechiter.dataset.speech_files import read_speech, read_stored
 from speechiter.dataset.token_text import (SPACE, is_token_list, parse_durations, parse_token_list, space_trim,
                                            text_lengths, trim_fraction)
@@ -208,6 +209,10 @@ class SpeechTextDataset(Dataset):
     def _read_wave(self, uid: str, value: str) -> np.ndarray:
         """Decoded (resampled to ``read_rate``) and speed-perturbed."""
         feat, _ = self._read("feat", uid, read_speech, value, self.read_rate)
+        if self.expected_lengths is not None:  # NOTE [ Length files are checked ] in length_check.py
+            problem = length_problem(*self.expected_lengths, uid, value, feat.shape[0])
+            if problem is not None:
+                raise self.data_error("feat", uid, problem)
         if self.use_speed_perturb:
             factor = self.perturb_range[int(rng().integers(len(self.perturb_range)))]
             feat = speed_perturb(feat, factor)

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from speechiter.dataset import length_check
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import check_lengths, read_idx2_files
@@ -48,6 +49,8 @@ def load_lengths(dataset: Dataset, data_len: Optional[Files], longest: bool = Fa
             dataset.keep_only(ids[~missing])
             ids, rows = dataset.id_array(), rows[~missing]
         values = file_values[rows]
+        if length_check.checked(files):  # NOTE [ Length files are checked ] in dataset/length_check.py
+            dataset.expected_lengths = (LengthMap(IdIndex(ids), values), files)
     return LengthMap(IdIndex(ids), batch_lengths(dataset, values, longest))
 
 
