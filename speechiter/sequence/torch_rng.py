@@ -1,4 +1,4 @@
-"""Thread workers and torch's global generator: a warning, once, when a dataset draws from it.
+"""Thread workers and torch's global generator: a warning, once, when it is drawn from while they load.
 
 NOTE [ torch's generator in thread workers ]
 Each batch runs under its seed, torch's global generator included (seeding.py).
@@ -7,8 +7,10 @@ so while one thread builds a batch another may reseed it or draw from it: a
 dataset that calls ``torch.rand`` is not reproducible with ``thread_type:
 thread``. After each batch a thread worker looks at the generator: if it
 still carries this batch's seed (no other thread seeded it since) but its
-state is no longer the freshly seeded one, the dataset drew from it, and the
-process warns once. Where another thread seeded it in between, the check
+state is no longer the freshly seeded one, someone drew from it -- the
+dataset, or another thread of the process (a training loop's CPU dropout),
+whose draws the workers' seeding disturbs just as much -- and the process
+warns once. Where another thread seeded it in between, the check
 concludes nothing and waits for a later batch; it never warns wrongly. It
 costs a few microseconds per batch, in thread mode only, once torch is imported.
 """
@@ -18,9 +20,10 @@ from typing import Optional
 
 from speechiter.seeding import imported_torch
 
-MESSAGE = ("the dataset draws from torch's global generator (torch.rand, torch.randn, ...), which thread "
-           "workers share, so its batches are not reproducible: draw from speechiter.rng() (a generator of the "
-           "batch's own), or use process workers (thread_type: proc)")
+MESSAGE = ("torch's global generator was drawn from while a thread worker built a batch (torch.rand, torch.randn, "
+           "... in the dataset, or in another thread meanwhile); thread workers share it and seed it for each "
+           "batch, so such draws are not reproducible: draw from speechiter.rng() (a generator of the batch's own) "
+           "in the dataset, or use process workers (thread_type: proc)")
 _warned = False
 _warned_lock = threading.Lock()  # two threads may conclude at once
 
