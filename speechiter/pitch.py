@@ -28,7 +28,9 @@ DEFAULTS = {"hop_length": 256, "f0min": 80, "f0max": 400, "continuous_f0": True}
 def import_pyworld(where: str = "pitch_conf"):
     """The pyworld module, or a ConfigError that says what to install."""
     try:
-        import pyworld
+        with warnings.catch_warnings():  # pyworld 0.3.5 imports pkg_resources, which warns on every import
+            warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+            import pyworld
     except ImportError as e:
         missing = getattr(e, "name", None)
         if missing == "pkg_resources":  # pyworld 0.3.5's __init__ imports it; setuptools>=81 has none

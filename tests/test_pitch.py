@@ -147,6 +147,14 @@ def test_pyworld_without_pkg_resources_says_what_to_install(monkeypatch):
         import_pyworld()
 
 
+def test_importing_pyworld_prints_no_pkg_resources_warning():
+    pytest.importorskip("pyworld")
+    code = "from speechiter.pitch import import_pyworld; import_pyworld()"
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", code], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "pkg_resources" not in done.stderr, done.stderr
+
+
 CONFIG = """
 data_cfg:
   train:
