@@ -95,7 +95,7 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
     that file is loaded with its own variables (the overrides of its groups go
     to it), and the exp_cfg's run settings are kept (see DataConfig).
     """
-    source = Path(path).expanduser().absolute()
+    source = _recipe_path(path) if not _chain else Path(path).expanduser().absolute()
     raw = _read_raw(source)
     groups_under_data_cfg = "data_cfg" in raw
     if not groups_under_data_cfg and not any(key in raw for key in GROUPS):
@@ -140,6 +140,17 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
                           else resolver.value(raw[key], str(key), tolerant=True)
                           for key in variable_keys}
     return data_cfg
+
+
+def _recipe_path(path) -> Path:
+    """The recipe file a user names: SpeeChain's runner reads ``--config recipes/asr/...`` relative to
+    $SPEECHAIN_ROOT from any folder, so a relative path that does not start with '.' is looked for there
+    first, then in the current folder; ``./x`` and ``../x`` are the current folder's."""
+    from speechiter.build import speechain_root_path  # build imports this package
+    rooted = speechain_root_path(str(path)) if isinstance(path, (str, Path)) else None
+    if rooted is not None and Path(rooted).is_file():
+        return Path(rooted).absolute()
+    return Path(path).expanduser().absolute()
 
 
 def _for_data_file(raw: dict, text: str) -> bool:

@@ -9,11 +9,14 @@ test_rules.py checks against SpeeChain's own output).
 Tests marked ``xfail(strict=True)`` fail today for the reason given; the
 implementer of issue 12 removes each mark as its rule lands.
 """
+import subprocess
+import sys
 import warnings
 
 import pytest
 
 import speechiter
+from speechiter.errors import ConfigError
 from tests.parity import reference as R
 from tests.parity.corpus import TEXT, make_lm_corpus, make_speech_corpus
 
@@ -315,6 +318,41 @@ def test_speechain_root_relative_paths(tmp_path, corpus_root, F, monkeypatch):
     view = R.iterator_view(speech_md(F), "abs", data_len=F + "/idx2wav_len", batch_size=4)
     it = build(path, "train")
     assert [list(b) for b in it.batches] == view
+
+
+def test_recipe_path_relative_to_speechain_root(tmp_path, corpus_root, F, monkeypatch):
+    # SpeeChain's runner: `--config recipes/...` is read under $SPEECHAIN_ROOT from any folder
+    recipes = corpus_root / "recipes" / "asr"
+    recipes.mkdir(parents=True)
+    write_cfg(recipes, "train", "abs.Iterator", speech_md(F), data_len=F + "/idx2wav_len", batch_size=4,
+              shuffle=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("SPEECHAIN_ROOT", str(corpus_root))
+    it = build("recipes/asr/data_cfg.yaml", "train")
+    assert [list(b) for b in it.batches] == R.iterator_view(speech_md(F), "abs", data_len=F + "/idx2wav_len",
+                                                            batch_size=4)
+    done = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", "recipes/asr/data_cfg.yaml",
+                           "--epochs", "1", "--num_workers", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_recipe_path_dot_slash_is_the_current_folder(tmp_path, corpus_root, F, monkeypatch):
+    # `./x` names the current folder even when $SPEECHAIN_ROOT holds a file of the same name
+    (corpus_root / "dotted").mkdir()
+    write_cfg(corpus_root / "dotted", "train", "abs.Iterator", speech_md(F), data_len=F + "/idx2wav_len",
+              batch_size=4, shuffle=False)
+    here = tmp_path / "here"
+    (here / "dotted").mkdir(parents=True)
+    write_cfg(here / "dotted", "train", "abs.Iterator", speech_md(F), data_len=F + "/idx2wav_len",
+              batch_size=2, shuffle=False)
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("SPEECHAIN_ROOT", str(corpus_root))
+    assert len(build("./dotted/data_cfg.yaml", "train").batches[0]) == 2
+    assert len(build("dotted/data_cfg.yaml", "train").batches[0]) == 4
+    with pytest.raises(ConfigError, match="no such file"):
+        speechiter.load_config("./missing.yaml")
 
 
 def test_exp_cfg_with_data_cfg_path(tmp_path, F):
