@@ -35,7 +35,7 @@ def parse_idx2(path: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
         raw = bytearray(size + PAD)  # zeroed lazily by the OS: no copy, no fill
         if f.readinto(memoryview(raw)[:size]) != size:
             raise Fallback
-    if raw.count(b"\r") != raw.count(b"\r\n"):
+    if b"\r" in raw and raw.count(b"\r") != raw.count(b"\r\n"):
         raise Fallback  # a lone CR ends a line for read_idx2 (universal newlines), not here
     buffer = np.frombuffer(raw, dtype=np.uint8)
     buffer[size:] = 10
