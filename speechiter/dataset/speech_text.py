@@ -28,6 +28,7 @@ from speechiter.checks import check_bool, check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.dataset.length_check import length_problem
+from speechiter.dataset.prefetch import reading_together, take
 from speechiter.dataset.speech_files import read_speech, read_stored
 from speechiter.dataset.token_text import (SPACE, is_token_list, parse_durations, parse_token_list, space_trim,
                                            text_lengths, trim_fraction)
@@ -37,7 +38,7 @@ from speechiter.pitch import PitchExtractor, collate_pitch  # issue 12 R8 (pitch
 from speechiter.plan import LengthMap
 from speechiter.seeding import rng
 from speechiter.segments import is_kaldi_segments, read_wav_scp
-from speechiter.storage import redact
+from speechiter.storage import is_url, redact
 from speechiter.text import TextTransforms  # issue 12 R9 (use_g2p, unk_mask_prob)
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")
@@ -206,9 +207,19 @@ class SpeechTextDataset(Dataset):
         except DataError as e:
             raise self.data_error(key, uid, redact(e)) from None
 
+    def get_batch(self, ids: Sequence[str]) -> Dict[str, Any]:
+        # NOTE [ Reading a batch's URLs together ] in prefetch.py: its feat URLs are read at once
+        feat = self.main_data.get("feat")
+        urls = feat is not None and len(ids) > 1 and is_url(feat[ids[0]])
+        with reading_together([feat[uid] for uid in ids] if urls else (), self._read_speech):
+            return super().get_batch(ids)
+
+    def _read_speech(self, value: str):
+        return read_speech(value, self.read_rate)
+
     def _read_wave(self, uid: str, value: str) -> np.ndarray:
         """Decoded (resampled to ``read_rate``) and speed-perturbed."""
-        feat, _ = self._read("feat", uid, read_speech, value, self.read_rate)
+        feat, _ = self._read("feat", uid, take, value, self._read_speech)
         if self.expected_lengths is not None:  # NOTE [ Length files are checked ] in length_check.py
             problem = length_problem(*self.expected_lengths, uid, value, feat.shape[0])
             if problem is not None:

@@ -1,0 +1,80 @@
+"""A batch's reads from object storage, started together (issue 15).
+
+# NOTE [ Reading a batch's URLs together ]
+A worker builds a batch one utterance after another, and its random draws
+(speed factor, dither, ...) must come in that order for the batches to be the
+same for any worker count. With values in object storage, each read waits one
+round trip, so a batch of n utterances would wait n round trips in a row.
+
+So before a batch is built, the reads that draw nothing (decoding, and
+resampling, each URL value) are started together on this process's pool of
+threads. The batch is then built as before, in order: each read takes its
+result (or raises its error) when the utterance comes, so the utterances are
+the same as read one by one, and an error still names its utterance. Reads the
+batch did not reach (an earlier utterance failed) are cancelled or left to
+finish on their own; each is bounded by the storage timeouts (see NOTE
+[ Storage failures ] in speechiter/storage.py).
+
+The pool belongs to one pid (a forked child makes its own) and is shared by
+the thread workers of a process, so reads queue in the order the batches
+started them: the first batch's reads go first.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Dict, Iterable, Iterator, List, Optional
+
+from speechiter.storage import is_url
+
+__all__ = ["POOL_THREADS", "reading_together", "take"]
+
+#: threads per process that read a batch's URLs; S3 keeps up to storage.MAX_CONNECTIONS connections.
+POOL_THREADS = 32
+_pool: Optional[ThreadPoolExecutor] = None
+_pool_pid: Optional[int] = None
+_pool_lock = threading.Lock()
+_started = threading.local()  # .reads: {value: [Future, ...]} of the batch this thread builds
+
+
+def _the_pool() -> ThreadPoolExecutor:
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="speechiter-read")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+@contextlib.contextmanager
+def reading_together(values: Iterable[str], read: Callable[[str], object]) -> Iterator[None]:
+    """Start ``read(value)`` for every URL among ``values`` (when there are two or
+    more); inside the block, :func:`take` returns their results."""
+    urls = [value for value in values if isinstance(value, str) and is_url(value)]
+    if len(urls) < 2 or getattr(_started, "reads", None) is not None:
+        yield
+        return
+    pool = _the_pool()
+    reads: Dict[str, List[Future]] = {}
+    for value in urls:
+        reads.setdefault(value, []).append(pool.submit(read, value))
+    _started.reads = reads
+    try:
+        yield
+    finally:
+        _started.reads = None
+        for futures in reads.values():
+            for future in futures:
+                future.cancel()
+
+
+def take(value: str, read: Callable[[str], object]) -> object:
+    """The result of the read started for ``value`` (its error raised here), or
+    ``read(value)`` when none was started."""
+    reads = getattr(_started, "reads", None)
+    futures = reads.get(value) if reads else None
+    if not futures:
+        return read(value)
+    return futures.pop(0).result()  # bounded: each read has the storage timeouts and attempts
