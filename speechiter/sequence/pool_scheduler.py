@@ -26,6 +26,13 @@ equal its own lookahead's first tasks; it discards the rest: a discarded task's
 result is dropped, and its slot released, when it arrives. A call made while
 the previous generator is not exhausted supersedes it the same way.
 
+NOTE [ Slow start ]
+A new scheduler sends one task, and each result that comes back opens one
+more place, up to ``buffer`` (as TCP's slow start). Sent all at once, the
+first batch would wait for the whole buffer: thread workers share the CPU and
+the connection to a store. The first batch is what a starting or resumed run
+waits for. Only when tasks are sent changes, never what they give.
+
 NOTE [ Never wait forever ]
 The consumer never blocks without a timeout: it polls for results at most
 ``POLL_S`` (workers.py) at a time, checking the workers' liveness each round (process
@@ -93,6 +100,7 @@ class PoolScheduler(Scheduler):
         self._pending = {}  # seq -> _Pending: the reorder buffer and in-flight tasks
         self._load = [0] * len(pool)  # tasks sent to each worker and not answered
         self._next_seq = 0
+        self._window = 1  # places in the buffer: see NOTE [ Slow start ]
         self._turn = 0
         self._converters = ConverterThreads(out_type, num_converters) if num_converters else None
         self._convert = Converter(out_type) if self._converters is None else None  # in the consumer thread
@@ -122,10 +130,10 @@ class PoolScheduler(Scheduler):
     def _dispatch(self):
         """Fill the buffer: the run's tasks first, then its lookahead.
 
-        See NOTE [ Ordering ] and NOTE [ Lookahead ].
+        See NOTE [ Ordering ], NOTE [ Lookahead ] and NOTE [ Slow start ].
         """
         run = self._run
-        while len(self._pending) < self._buffer:
+        while len(self._pending) < min(self._buffer, self._window):
             if len(run.entries) < len(run.tasks):
                 run.entries.append(self._send(run.tasks[len(run.entries)]))
             elif len(run.ahead) < len(run.lookahead):
@@ -182,6 +190,7 @@ class PoolScheduler(Scheduler):
                 raise WorkerError(self._failure_text(msg, None), msg.exit_code) from None
             p = self._pending[msg.seq]
             self._load[p.wid] -= 1
+            self._window += 1
             if isinstance(msg, Done) and self._slots is not None:
                 self._slots.accept(msg.payload.slot)
             if p.discard:

@@ -185,3 +185,20 @@ class TorchDraw:
     def __getitem__(self, ids):
         import torch
         return torch.rand(len(ids)).numpy()
+
+
+LOG = []  # Logged's events, in the order they happened (thread workers share it)
+PAIR = threading.Barrier(2, timeout=20)
+
+
+class Logged:
+    """Logs ("start", id) and ("end", id); batch 0 takes a while; batches 1 and 2 wait for each other."""
+
+    def __getitem__(self, ids):
+        LOG.append(("start", ids[0]))
+        if ids[0] == 0:
+            time.sleep(0.2)  # the workload of a slow first batch: others would start meanwhile
+        elif ids[0] in (1, 2):
+            PAIR.wait()  # both in flight at once, or the barrier breaks
+        LOG.append(("end", ids[0]))
+        return ids

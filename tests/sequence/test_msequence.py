@@ -188,6 +188,19 @@ def test_slots_are_reused_and_grown():
 
 
 @pytest.mark.timeout(60)
+def test_first_batch_is_built_alone_then_the_buffer_opens():
+    """NOTE [ Slow start ]: nothing else starts before the first batch is built; then several at once."""
+    indexers.LOG.clear()
+    indexers.PAIR.reset()
+    manager = MSequence(indexers.Logged, num_workers=4, thread_type="thread", out_type="null", buffer=8,
+                        dset_size=0)
+    with manager.start() as mng:
+        out = list(mng.iterate([Task(i, [i], None) for i in range(12)]))
+    assert out == [[i] for i in range(12)]
+    assert indexers.LOG[:2] == [("start", 0), ("end", 0)] and not indexers.PAIR.broken
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_workers_persist_and_lookahead_is_used(thread_type):
     epoch1 = [Task(i, [i], None) for i in range(10)]
