@@ -1,0 +1,2 @@
+def __getattr__(name):
+    raise RuntimeError(f"torchaudio stub: functional.{name}")
