@@ -33,7 +33,7 @@ class Run:
     def __init__(self, tasks: Sequence[Task], lookahead: Sequence[Task], entries: List, ahead=()):
         self.tasks = tasks
         self.lookahead = lookahead
-        self.entries: List = entries  # dispatched tasks, in order
+        self.entries: List = entries  # dispatched tasks, in order (None once consumed)
         self.ahead: List = list(ahead)  # dispatched lookahead tasks, in order
         self.consumed = 0
 
@@ -69,6 +69,8 @@ class Scheduler:
                 self._check_open()
                 batch = self._take(run, i)
                 run.consumed = i + 1
+                if i < len(run.entries):
+                    run.entries[i] = None  # its task's ids: an epoch of a 1M-utterance plan would keep them all
                 yield batch
                 del batch  # a zero-copy batch holds its slot; see NOTE [ Zero-copy batches ] in shm/slots.py
         except GeneratorExit:
