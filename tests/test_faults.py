@@ -172,7 +172,8 @@ from speechiter.sequence import MSequence, Task
 from tests.sequence import indexers
 manager = MSequence(functools.partial(indexers.Stuck, {marker!r}, {how!r}), num_workers=2, out_type='null', dset_size=0, buffer=4)
 manager.start()
-batches = manager.iterate([Task(0, [5], None), Task(1, [5], None)])
+batches = manager.iterate([Task(0, [0], None), Task(1, [5], None), Task(2, [5], None)])
+next(batches)  # the first batch goes alone (NOTE [ Slow start ]); then both workers get stuck at id 5
 print(os.getpid(), ' '.join(map(str, manager.pids)), flush=True)
 deadline = time.monotonic() + 30  # both workers are stuck in the dataset
 while time.monotonic() < deadline and len(open({marker!r}).read().split()) < 2:
