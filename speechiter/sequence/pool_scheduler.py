@@ -27,11 +27,10 @@ result is dropped, and its slot released, when it arrives. A call made while
 the previous generator is not exhausted supersedes it the same way.
 
 NOTE [ Slow start ]
-A new scheduler sends one task, and each result that comes back opens one
-more place, up to ``buffer`` (as TCP's slow start). Sent all at once, the
-first batch would wait for the whole buffer: thread workers share the CPU and
-the connection to a store. The first batch is what a starting or resumed run
-waits for. Only when tasks are sent changes, never what they give.
+A new scheduler sends one task; each result opens one more place, up to
+``buffer`` (TCP's slow start). So the first batch, which a starting or resumed
+run waits for, does not share the CPU and a store's connection with the whole
+buffer. Only when tasks are sent changes, never what they give.
 
 NOTE [ Never wait forever ]
 The consumer never blocks without a timeout: it polls for results at most
