@@ -17,7 +17,10 @@ finish on their own; each is bounded by the storage timeouts (see NOTE
 
 The pool belongs to one pid (a forked child makes its own) and is shared by
 the thread workers of a process, so reads queue in the order the batches
-started them: the first batch's reads go first.
+started them: the first batch's reads go first. Like the fsspec filesystems
+it reads through (and fsspec's own IO thread), it lives as long as the
+process: its threads (``storage-read_N``) idle between batches and are not an
+iterator's engine threads, which end with the iterator.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import contextlib
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Dict, Iterable, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from speechiter.storage import is_url
 
@@ -43,19 +46,22 @@ def _the_pool() -> ThreadPoolExecutor:
     global _pool, _pool_pid
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="speechiter-read")
+            _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="storage-read")
             _pool_pid = os.getpid()
         return _pool
 
 
 @contextlib.contextmanager
-def reading_together(values: Iterable[str], read: Callable[[str], object]) -> Iterator[None]:
-    """Start ``read(value)`` for every URL among ``values`` (when there are two or
-    more); inside the block, :func:`take` returns their results."""
-    urls = [value for value in values if isinstance(value, str) and is_url(value)]
-    if len(urls) < 2 or getattr(_started, "reads", None) is not None:
+def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
+                     read: Callable[[str], object]) -> Iterator[None]:
+    """Start ``read(column[uid])`` for the batch ``ids`` when its values are URLs
+    (told by the first; a batch of local files costs one lookup); inside the
+    block, :func:`take` returns their results."""
+    if (column is None or len(ids) < 2 or not is_url(column[ids[0]])
+            or getattr(_started, "reads", None) is not None):
         yield
         return
+    urls = [value for value in (column[uid] for uid in ids) if is_url(value)]
     pool = _the_pool()
     reads: Dict[str, List[Future]] = {}
     for value in urls:
