@@ -24,7 +24,7 @@ from speechiter.dataset.reader import DatasetReader
 from speechiter.errors import ConfigError
 from speechiter.sequence.convert import is_out_type, resolve_out_type
 from speechiter.sequence.fetch import Task
-from speechiter.sequence.pool_scheduler import start_scheduler
+from speechiter.sequence.choice import start_scheduler
 from speechiter.sequence.scheduler import Scheduler, SchedulerHandle
 from speechiter.sequence.start import warm_up
 from speechiter.torch_engine import TorchEngine

@@ -150,24 +150,25 @@ def bench_storage(tmp: Path, num: int, latency: float, threads: int, epochs: int
         print(f"{'endpoint':<28} | {'audio s/s':>9} | first batch s")
         sides = {"no added latency": plain.url, f"+{latency * 1000:.0f} ms per request": proxy.url}
         results = {label: [] for label in sides}
+        args = [sys.executable, __file__, "--storage_child", str(remote), "--threads", str(threads),
+                "--epochs", str(epochs), "--batch_seconds", str(batch_seconds)]
         for _ in range(runs):
             for label, url in sides.items():
-                args = [sys.executable, __file__, "--storage_child", str(remote), "--threads", str(threads),
-                        "--epochs", str(epochs), "--batch_seconds", str(batch_seconds)]
                 done = subprocess.run(args, env=dict(env, AWS_ENDPOINT_URL=url), capture_output=True, text=True,
                                       timeout=1800)
                 if done.returncode != 0:
                     raise RuntimeError(done.stderr)
                 results[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        medians = []  # (rate, first batch) of each side
         for label, runs_of_side in results.items():
             rates, firsts = [r["rate"] for r in runs_of_side], [r["first"] for r in runs_of_side]
-            print(f"{label:<28} | {statistics.median(rates):>9.1f} | {statistics.median(firsts):.3f}   "
+            medians.append((statistics.median(rates), statistics.median(firsts)))
+            print(f"{label:<28} | {medians[-1][0]:>9.1f} | {medians[-1][1]:.3f}   "
                   f"(runs: {', '.join(f'{r:.0f}' for r in rates)} audio s/s; "
                   f"{', '.join(f'{f:.2f}' for f in firsts)} s)")
-        direct, delayed = ([statistics.median(r[key] for r in runs_of_side) for key in ("rate", "first")]
-                           for runs_of_side in results.values())
-        print(f"with latency / without: {delayed[0] / direct[0]:.2f} (target >= 0.80); first batch with "
-              f"latency {delayed[1]:.3f} s (target <= 1 s)")
+        (direct_rate, _), (delayed_rate, delayed_first) = medians
+        print(f"with latency / without: {delayed_rate / direct_rate:.2f} (target >= 0.80); first batch with "
+              f"latency {delayed_first:.3f} s (target <= 1 s)")
     finally:
         for each in (plain, proxy):
             if each is not None:

@@ -18,18 +18,18 @@ main_data names (at least one of ``feat`` and ``text``):
   ``(B, L)`` zero-padded, with ``duration_len``.
 """
 import os
-from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from speechiter.audio import resample, resampled_length
 from speechiter.checks import check_bool, check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.dataset.length_check import length_problem
 from speechiter.dataset.prefetch import reading_together, take
 from speechiter.dataset.speech_files import read_speech, read_stored
+from speechiter.dataset.speed_perturb import (MAX_FACTOR_DENOMINATOR, perturbed_length,
+                                              speed_fraction, speed_perturb)
 from speechiter.dataset.token_text import (SPACE, is_token_list, parse_durations, parse_token_list, space_trim,
                                            text_lengths, trim_fraction)
 from speechiter.errors import ConfigError, DataError
@@ -38,17 +38,10 @@ from speechiter.pitch import PitchExtractor, collate_pitch  # issue 12 R8 (pitch
 from speechiter.plan import LengthMap
 from speechiter.seeding import rng
 from speechiter.segments import is_kaldi_segments, read_wav_scp
-from speechiter.storage import is_url, redact
+from speechiter.storage import redact
 from speechiter.text import TextTransforms  # issue 12 R9 (use_g2p, unk_mask_prob)
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")
-#: speed factors are used as fractions num/den with den <= this
-MAX_FACTOR_DENOMINATOR = 1000
-
-
-def speed_fraction(factor: float) -> Fraction:
-    """A speed factor as the fraction soxr resamples by (0.9 -> 9/10)."""
-    return Fraction(factor).limit_denominator(MAX_FACTOR_DENOMINATOR)
 
 
 class _DefaultRate(int):
@@ -58,32 +51,6 @@ class _DefaultRate(int):
 DEFAULT_SAMPLE_RATE = _DefaultRate(16000)
 #: arrays cut with the text when leading / trailing <space> tokens are trimmed
 TRIMMED_WITH_TEXT = ("feat", "pitch")
-
-
-def perturbed_length(num_samples, factor: float):
-    """Length after speed perturbation by ``factor``: exactly
-    ``round(n * num / den)`` for ``factor = num / den`` (halves round up);
-    a non-integer length (an estimate) is multiplied by the factor. Takes a
-    number or a numpy array of numbers (element-wise)."""
-    fraction = speed_fraction(factor)
-    if isinstance(num_samples, np.ndarray):
-        whole = np.floor(num_samples) == num_samples
-        exact = (2 * num_samples * fraction.numerator + fraction.denominator) // (2 * fraction.denominator)
-        return np.where(whole, exact, num_samples * factor)
-    if float(num_samples).is_integer():
-        return resampled_length(int(num_samples), fraction.denominator, fraction.numerator)
-    return num_samples * factor
-
-
-def speed_perturb(wave: np.ndarray, factor: float) -> np.ndarray:
-    """Speed perturbation as SpeeChain's: resample ``wave`` (T, C) by the
-    fraction ``factor`` with soxr and keep the rate, so it lasts ``factor``
-    times as long (1.1: 10% slower and lower; tempo and pitch change
-    together), exactly ``perturbed_length(T, factor)`` frames."""
-    fraction = speed_fraction(factor)
-    if fraction == 1:
-        return wave
-    return resample(wave, fraction.denominator, fraction.numerator)
 
 
 class SpeechTextDataset(Dataset):
@@ -208,10 +175,7 @@ class SpeechTextDataset(Dataset):
             raise self.data_error(key, uid, redact(e)) from None
 
     def get_batch(self, ids: Sequence[str]) -> Dict[str, Any]:
-        # NOTE [ Reading a batch's URLs together ] in prefetch.py: its feat URLs are read at once
-        feat = self.main_data.get("feat")
-        urls = feat is not None and len(ids) > 1 and is_url(feat[ids[0]])
-        with reading_together([feat[uid] for uid in ids] if urls else (), self._read_speech):
+        with reading_together(self.main_data.get("feat"), ids, self._read_speech):  # prefetch.py
             return super().get_batch(ids)
 
     def _read_speech(self, value: str):

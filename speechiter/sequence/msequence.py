@@ -24,7 +24,7 @@ from speechiter.checks import check_choice, check_int, check_positive_number
 from speechiter.errors import ConfigError
 from speechiter.sequence.convert import resolve_out_type
 from speechiter.sequence.fetch import Task
-from speechiter.sequence.pool_scheduler import start_scheduler
+from speechiter.sequence.choice import start_scheduler
 from speechiter.sequence.pools import ProcPool
 from speechiter.sequence.scheduler import Scheduler, SchedulerHandle
 from speechiter.sequence.timing import BatchTiming

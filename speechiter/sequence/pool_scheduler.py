@@ -1,8 +1,7 @@
 """The pool scheduler: worker processes or threads, the i-th batch out is the i-th task in.
 
-:func:`start_scheduler` starts a scheduler for the given settings: the inline
-one (scheduler.py) for 0 workers, else a :class:`PoolScheduler` over a process
-or thread pool (pools.py).
+It runs over a process or thread pool (pools.py); choice.py picks it, or the
+inline one (scheduler.py) for 0 workers.
 
 NOTE [ Ordering ]
 Every dispatched task gets a global sequence number ``seq`` (never reset while
@@ -47,27 +46,9 @@ from speechiter.errors import WorkerError
 from speechiter.sequence import shm
 from speechiter.sequence.convert import Converter, ConverterThreads, device_of, hand_over
 from speechiter.sequence.fetch import Task, describe_ids, same_task
-from speechiter.sequence.pools import ProcPool, ThreadPool, WorkerPool
-from speechiter.sequence.scheduler import InlineScheduler, Run, Scheduler, as_sequence
+from speechiter.sequence.pools import WorkerPool
+from speechiter.sequence.scheduler import Run, Scheduler, as_sequence
 from speechiter.sequence.workers import POLL_S, Done, Failed, Fetch
-
-
-def start_scheduler(factory, *, num_workers: int, thread_type: str, start_method: Optional[str], out_type: str,
-                    buffer: int, num_converters: int, timeout: float) -> Scheduler:
-    """A started scheduler: inline for ``num_workers=0``, else a pool of ``thread_type`` workers.
-
-    ``out_type`` must be resolved already (see convert.resolve_out_type).
-    """
-    if num_workers == 0:
-        return InlineScheduler(factory, out_type, timeout)
-    if thread_type == "thread":
-        pool, slots = ThreadPool(factory, num_workers), None
-    else:
-        shm.reclaim_stale()  # See NOTE [ Stale segments ] in shm/stale.py
-        prefix = shm.session_prefix()
-        slots = shm.SlotTable(prefix, buffer)
-        pool = ProcPool(factory, num_workers, prefix, start_method)
-    return PoolScheduler(pool, slots, out_type, num_converters, buffer, timeout)
 
 
 class _Pending:
@@ -99,7 +80,7 @@ class PoolScheduler(Scheduler):
         self._pending = {}  # seq -> _Pending: the reorder buffer and in-flight tasks
         self._load = [0] * len(pool)  # tasks sent to each worker and not answered
         self._next_seq = 0
-        self._window = 1  # places in the buffer: see NOTE [ Slow start ]
+        self._window = 1  # places in the buffer, up to buffer: see NOTE [ Slow start ]
         self._turn = 0
         self._converters = ConverterThreads(out_type, num_converters) if num_converters else None
         self._convert = Converter(out_type) if self._converters is None else None  # in the consumer thread
@@ -132,7 +113,7 @@ class PoolScheduler(Scheduler):
         See NOTE [ Ordering ], NOTE [ Lookahead ] and NOTE [ Slow start ].
         """
         run = self._run
-        while len(self._pending) < min(self._buffer, self._window):
+        while len(self._pending) < self._window:
             if len(run.entries) < len(run.tasks):
                 run.entries.append(self._send(run.tasks[len(run.entries)]))
             elif len(run.ahead) < len(run.lookahead):
@@ -189,7 +170,7 @@ class PoolScheduler(Scheduler):
                 raise WorkerError(self._failure_text(msg, None), msg.exit_code) from None
             p = self._pending[msg.seq]
             self._load[p.wid] -= 1
-            self._window += 1
+            self._window = min(self._window + 1, self._buffer)
             if isinstance(msg, Done) and self._slots is not None:
                 self._slots.accept(msg.payload.slot)
             if p.discard:

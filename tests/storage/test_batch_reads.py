@@ -55,9 +55,9 @@ def test_the_first_failing_utterance_of_a_batch_is_named(s3_corpus, s3_proxy, tm
 def test_local_values_and_single_urls_are_read_in_place(monkeypatch, corpus):
     started = []
     monkeypatch.setattr(prefetch, "_the_pool", lambda: started.append(1))
-    with prefetch.reading_together(["/a.wav", "/b.wav"], read_feat):
+    with prefetch.reading_together({"a": "/a.wav", "b": "/b.wav"}, ["a", "b"], read_feat):
         pass
-    with prefetch.reading_together(["s3://bucket/a.wav"], read_feat):
+    with prefetch.reading_together({"a": "s3://bucket/a.wav"}, ["a"], read_feat):
         pass
     ids, dataset = ids_and_dataset(corpus)
     assert dataset.get_batch(ids[:4])["feat"].shape[0] == 4 and started == []

@@ -1,0 +1,30 @@
+"""Which scheduler runs the loading, for the given settings.
+
+The inline one (scheduler.py) for 0 workers, else a PoolScheduler
+(pool_scheduler.py) over a thread pool, or over a process pool with its
+shared-memory slots (pools.py, shm/).
+"""
+from typing import Optional
+
+from speechiter.sequence import shm
+from speechiter.sequence.pool_scheduler import PoolScheduler
+from speechiter.sequence.pools import ProcPool, ThreadPool
+from speechiter.sequence.scheduler import InlineScheduler, Scheduler
+
+
+def start_scheduler(factory, *, num_workers: int, thread_type: str, start_method: Optional[str], out_type: str,
+                    buffer: int, num_converters: int, timeout: float) -> Scheduler:
+    """A started scheduler: inline for ``num_workers=0``, else a pool of ``thread_type`` workers.
+
+    ``out_type`` must be resolved already (see convert.resolve_out_type).
+    """
+    if num_workers == 0:
+        return InlineScheduler(factory, out_type, timeout)
+    if thread_type == "thread":
+        pool, slots = ThreadPool(factory, num_workers), None
+    else:
+        shm.reclaim_stale()  # See NOTE [ Stale segments ] in shm/stale.py
+        prefix = shm.session_prefix()
+        slots = shm.SlotTable(prefix, buffer)
+        pool = ProcPool(factory, num_workers, prefix, start_method)
+    return PoolScheduler(pool, slots, out_type, num_converters, buffer, timeout)
