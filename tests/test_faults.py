@@ -234,7 +234,10 @@ def test_segments_of_a_killed_process_group_are_reclaimed_by_the_next_pool(caplo
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         assert wait_until(lambda: not any(map(alive, pids)))
-        assert sorted(owned_by(main_pid)) == sorted(left)  # nobody could clean up
+        # Workers may fill the buffer ahead between the listing and the kill, so
+        # more can be left than was listed, but nobody could clean anything up.
+        left_after_kill = owned_by(main_pid)
+        assert set(left) <= set(left_after_kill)
         with caplog.at_level("WARNING", logger="speechiter"):
             with MSequence(indexers.Echo, num_workers=1, out_type="null", dset_size=3).start() as mng:
                 assert len(list(mng)) == 1
@@ -242,7 +245,7 @@ def test_segments_of_a_killed_process_group_are_reclaimed_by_the_next_pool(caplo
         lines = [r.getMessage() for r in caplog.records if "reclaimed" in r.getMessage()]
         assert len(lines) == 1
         count = int(lines[0].split()[2])
-        assert count >= len(left)
+        assert count >= len(left_after_kill)
         assert lines[0].startswith(f"speechiter: reclaimed {count} stale shared-memory segments (")
         assert lines[0].endswith(" MiB) left by crashed runs")
     finally:
