@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from speechiter.config import config_dir, iter_specs, iterator_label
+from speechiter.config import config_dir, iter_specs, iterator_label, speechain_root_path
 from speechiter.features import is_preset
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError
@@ -167,15 +167,6 @@ def _without(func, *names):
     stand_in.__signature__ = signature.replace(parameters=params)
     stand_in.__qualname__ = getattr(func, "__qualname__", "function")
     return stand_in
-
-
-def speechain_root_path(value) -> Optional[str]:
-    """SpeeChain's rule (parse_path_args): with $SPEECHAIN_ROOT set, a relative path that does not start
-    with '.' is ``$SPEECHAIN_ROOT/value``. None otherwise (absolute, './x', '../x', unset, not a string)."""
-    root = os.environ.get("SPEECHAIN_ROOT")
-    if not root or not isinstance(value, str) or not value or os.path.isabs(value) or value.startswith("."):
-        return None
-    return os.path.join(root, value)
 
 
 # The file options of a conf, by place (see NOTE [ SPEECHAIN_ROOT ] in the handbook):

@@ -22,8 +22,9 @@ anything inside the groups, or with the variable name for a variable.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 from speechiter.checks import check_int, did_you_mean
 from speechiter.config.groups import (ALLOWED_COMBINATIONS, GROUPS, IteratorSpec, check_groups, iter_specs,
@@ -34,7 +35,8 @@ from speechiter.config.tags import KNOWN_TAGS, Ref, SpeechLoader, one_line, pars
 from speechiter.errors import ConfigError
 
 __all__ = ["ALLOWED_COMBINATIONS", "GROUPS", "KNOWN_TAGS", "DataConfig", "IteratorSpec", "Ref", "SpeechLoader",
-           "check_groups", "config_dir", "iter_specs", "iterator_label", "load_config", "parse_override"]
+           "check_groups", "config_dir", "iter_specs", "iterator_label", "load_config", "parse_override",
+           "speechain_root_path"]
 
 
 class DataConfig(dict):
@@ -142,11 +144,19 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
     return data_cfg
 
 
+def speechain_root_path(value) -> Optional[str]:
+    """SpeeChain's rule (parse_path_args): with $SPEECHAIN_ROOT set, a relative path that does not start
+    with '.' is ``$SPEECHAIN_ROOT/value``. None otherwise (absolute, './x', '../x', unset, not a string)."""
+    root = os.environ.get("SPEECHAIN_ROOT")
+    if not root or not isinstance(value, str) or not value or os.path.isabs(value) or value.startswith("."):
+        return None
+    return os.path.join(root, value)
+
+
 def _recipe_path(path) -> Path:
     """The recipe file a user names: SpeeChain's runner reads ``--config recipes/asr/...`` relative to
     $SPEECHAIN_ROOT from any folder, so a relative path that does not start with '.' is looked for there
     first, then in the current folder; ``./x`` and ``../x`` are the current folder's."""
-    from speechiter.build import speechain_root_path  # build imports this package
     rooted = speechain_root_path(str(path)) if isinstance(path, (str, Path)) else None
     if rooted is not None and Path(rooted).is_file():
         return Path(rooted).absolute()
@@ -172,7 +182,6 @@ def _inside_groups(raw: dict, text: str) -> bool:
 
 def _data_cfg_path(value: str, exp_source: Path) -> Path:
     """An exp_cfg's ``data_cfg: path``: $SPEECHAIN_ROOT-relative (SpeeChain), else relative to the exp_cfg's folder."""
-    from speechiter.build import speechain_root_path  # build imports this package
     rooted = speechain_root_path(value)
     target = Path(rooted) if rooted is not None else exp_source.parent / Path(value).expanduser()
     if not target.is_file():

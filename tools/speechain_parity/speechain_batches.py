@@ -20,7 +20,6 @@ import copy
 import json
 import os
 import sys
-import warnings
 
 import numpy
 import torch.distributed
@@ -30,8 +29,7 @@ sys.path.insert(0, sys.argv[1])
 from speechain.runner import Runner  # noqa: E402
 from speechain.utilbox.import_util import import_class  # noqa: E402
 from scan_recipes import data_cfg_of, leaves  # noqa: E402
-
-EPOCHS = {"train": 3, "valid": 1, "test": 1}
+from runs import EPOCHS, GROUPS, main_quietly, parity_seed, save  # noqa: E402
 
 
 def build(it_cfg, seed, ngpu, distributed=False):
@@ -84,11 +82,11 @@ def main():
     results = {}
     for r in recipes:
         data_cfg, exp = data_cfg_of(os.path.join(os.environ["SPEECHAIN_ROOT"], r["recipe"]))
-        seed, ngpu = int(os.environ.get("PARITY_SEED", exp.get("seed", 0))), exp.get("ngpu", 1)  # as runner --seed
+        seed, ngpu = parity_seed(exp.get("seed", 0)), exp.get("ngpu", 1)
         for mode in r["modes"]:
             Runner.set_random_seeds(seed)  # main_worker, before build_iterators
             run = results[f"{r['recipe']}:{mode}"] = {"seed": seed, "ngpu": ngpu, "iterators": {}}
-            for group in (["train", "valid"] if mode == "train" else ["test"]):
+            for group in GROUPS[mode]:
                 for name, it_cfg in leaves(data_cfg[group]):
                     key = "/".join((group,) + name)
                     try:
@@ -96,11 +94,8 @@ def main():
                                                              exp.get("same_proc_seed", False))
                     except Exception as e:  # recorded, compared as a failure
                         run["iterators"][key] = {"error": f"{type(e).__name__}: {e}"}
-    json.dump(results, open(sys.argv[3], "w"))
-    print(f"speechain_batches: {len(results)} runs")
+    save(results, sys.argv[3], "speechain_batches")
 
 
 if __name__ == "__main__":
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        main()
+    main_quietly(main)

@@ -9,13 +9,10 @@ Variants: "global" (no rank split) and, for train iterators with ngpu > 1, "rank
 rank=r, world_size=ngpu (speechiter's distributed share). $PARITY_SEED overrides the seed (--seed).
 """
 import json
-import os
 import sys
-import warnings
 
 import speechiter
-
-EPOCHS = {"train": 3, "valid": 1, "test": 1}
+from runs import EPOCHS, GROUPS, main_quietly, parity_seed, save
 
 
 def flat(node, key):
@@ -33,7 +30,7 @@ def record(it, n):
 
 
 def build(cfg, group, **settings):
-    seed = int(os.environ["PARITY_SEED"]) if "PARITY_SEED" in os.environ else None  # None: the exp_cfg's
+    seed = parity_seed()  # None: the exp_cfg's
     iterators = speechiter.build_iterators(cfg, seed=seed, num_workers=0, groups=[group], **settings)
     return dict(flat(iterators[group], group))
 
@@ -46,7 +43,7 @@ def main():
         ngpu = getattr(cfg, "settings", {}).get("ngpu", 1)
         for mode in r["modes"]:
             run = results[f"{r['recipe']}:{mode}"] = {"ngpu": ngpu, "iterators": {}}
-            for group in (["train", "valid"] if mode == "train" else ["test"]):
+            for group in GROUPS[mode]:
                 try:
                     iterators = build(cfg, group)
                     ranks = [build(cfg, group, rank=k, world_size=ngpu) for k in range(ngpu)] \
@@ -58,11 +55,8 @@ def main():
                     out = run["iterators"][key.rstrip("/")] = {"global": record(it, EPOCHS[group])}
                     for k, rank in enumerate(ranks):
                         out[f"rank{k}"] = record(rank[key], EPOCHS[group])
-    json.dump(results, open(sys.argv[2], "w"))
-    print(f"speechiter_batches: {len(results)} runs")
+    save(results, sys.argv[2], "speechiter_batches")
 
 
 if __name__ == "__main__":
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        main()
+    main_quietly(main)
