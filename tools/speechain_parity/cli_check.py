@@ -14,6 +14,8 @@ import subprocess
 import sys
 import tempfile
 
+from runs import parity_seed
+
 RUNS = ["recipes/asr/librispeech/train-clean-100/exp_cfg/100-bpe5k_conformer-medium_lr2e-3.yaml:train",
         "recipes/asr/librispeech/train-clean-100/exp_cfg/100-bpe5k_conformer-medium_lr2e-3.yaml:test",
         "recipes/lm/librispeech/lm_text/exp_cfg/100-bpe5k_transformer.yaml:train",
@@ -28,6 +30,8 @@ def dumped(recipe, mode):
         dump = os.path.join(tmp, "batches.jsonl")
         cmd = [sys.executable, "-m", "speechiter.run", "--data_cfg", recipe, "--mode", mode, "--epochs", "3",
                "--num_workers", "2", "--quiet", "--dump_batches", dump]
+        if parity_seed() is not None:  # as speechain_batches.py's runs
+            cmd += ["--seed", str(parity_seed())]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp)
         out = collections.defaultdict(lambda: collections.defaultdict(list))
         for line in open(dump):

@@ -6,6 +6,7 @@
 #
 # SPEECHAIN_CHECKOUT: a SpeeChain source tree (heli-qi/SpeeChain; last checked against 92be03b)
 # PYTHON: the Python with speechiter installed (default: python)
+# $PARITY_SEED: one seed for every run instead of the recipes' own (as the runner's --seed), on all three sides
 # $PARITY_WORK: where the venv, the corpus and the results go (default: $TMPDIR/speechain_parity)
 # No SpeeChain code is in speechiter: SpeeChain's classes are imported from the checkout, in a venv of their own.
 # Exit 0 when every run is identical or differs only by speechiter's documented fixes 2 and 3 (and fix 1).
