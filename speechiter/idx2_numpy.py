@@ -1,7 +1,7 @@
 """The vectorised idx2 parser: ids as an ``S`` array, values as byte ranges.
 
 :func:`parse_idx2` parses a file without a Python string per line (see
-NOTE [ Compact storage ] in plan.py). Lines it cannot prove to be plain
+NOTE [ Compact storage ] in ids.py). Lines it cannot prove to be plain
 (leading whitespace, a line without value, a duplicate id, non-ASCII bytes
 next to the separator or at the line's end, undecodable bytes) raise
 :class:`Fallback`: :func:`speechiter.idx2.read_idx2_table` then sends the

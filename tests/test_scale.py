@@ -1,4 +1,4 @@
-"""Compact planning (speechiter.plan): the numpy idx2 parser against read_idx2, the compact views
+"""Compact planning (speechiter.ids): the numpy idx2 parser against read_idx2, the compact views
 against their list forms, and the list/dict hook API for subclasses that write their own batching."""
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator, block_bounds
 from speechiter.iterator.view import BatchView, as_view, clip_batches, make_divisible, rank_share
 from speechiter.idx2 import read_idx2, read_idx2_numbers, read_idx2_table
-from speechiter.plan import IdList, decode_ids, encode_ids
+from speechiter.ids import IdList, decode_ids, encode_ids
 
 TEXTS = {
     "plain": "a 1\nb 2\nc 3\n",

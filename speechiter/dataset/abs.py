@@ -24,7 +24,7 @@ from speechiter.dataset.collate import pad_stack  # noqa: F401 (re-exported)
 from speechiter.dataset.selection import select_ids, selection_rules
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2_files
-from speechiter.plan import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
+from speechiter.ids import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
 from speechiter.registry import signature_names
 
 
@@ -43,7 +43,7 @@ class Dataset:
         seed: seed of the ``random`` selection mode.
         **dataset_conf: passed to :meth:`dataset_init_fn`.
 
-    Storage is compact (see NOTE [ Compact storage ] in speechiter/plan.py):
+    Storage is compact (see NOTE [ Compact storage ] in speechiter/ids.py):
     ``main_data[name]`` is a read-only mapping ``{id: value}`` and
     :meth:`get_data_index` a list-like view, both backed by numpy arrays, so
     10M utterances load in seconds and forked workers do not copy them.

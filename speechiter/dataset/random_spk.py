@@ -41,7 +41,7 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2
 from speechiter.paths import check_data_file, resolve_data_path, split_chunk_key
-from speechiter.plan import IdIndex
+from speechiter.ids import IdIndex
 from speechiter.seeding import rng, stream_id
 from speechiter.text import SPACE, is_token_list, parse_token_list
 

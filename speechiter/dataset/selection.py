@@ -31,7 +31,7 @@ import numpy as np
 
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import Idx2Table, read_idx2_table
-from speechiter.plan import Column, IdIndex
+from speechiter.ids import Column, IdIndex
 
 SELECTION_MODES = ("order", "rev_order", "random", "min", "max", "middle", "group")
 POSITION_MODES = ("order", "rev_order", "random")

@@ -35,7 +35,7 @@ from speechiter.dataset.token_text import (SPACE, is_token_list, parse_durations
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
 from speechiter.pitch import PitchExtractor, collate_pitch  # issue 12 R8 (pitch_conf)
-from speechiter.plan import LengthMap
+from speechiter.ids import LengthMap
 from speechiter.seeding import rng
 from speechiter.segments import is_kaldi_segments, read_wav_scp
 from speechiter.storage import redact

@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from speechiter.plan import Column
+from speechiter.ids import Column
 from speechiter.text import SPACE, is_token_list, parse_token_list  # noqa: F401 (re-exported)
 
 

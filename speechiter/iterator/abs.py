@@ -26,7 +26,7 @@ from speechiter.iterator.shuffle import EpochShuffle
 from speechiter.iterator.tasks import EpochTasks, check_plan_size
 from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches,
                                       is_vectorised, vectorised)
-from speechiter.plan import Column, SortedIds
+from speechiter.ids import Column, SortedIds
 from speechiter.seeding import stream_id
 from speechiter.state import fingerprint, settings_summary, view_fingerprint
 

@@ -3,7 +3,7 @@
 
 Ids without a length, or without a label in every group, are dropped from
 the dataset with a warning. Everything stays compact (LengthMap, Column,
-SortedIds; see NOTE [ Compact storage ] in speechiter/plan.py).
+SortedIds; see NOTE [ Compact storage ] in speechiter/ids.py).
 """
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -14,7 +14,7 @@ from speechiter.dataset import length_check
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import check_lengths, read_idx2_files
-from speechiter.plan import Column, IdIndex, IdList, LengthMap, SortedIds, encode_ids
+from speechiter.ids import Column, IdIndex, IdList, LengthMap, SortedIds, encode_ids
 
 Files = Union[str, List[str]]
 

@@ -7,7 +7,7 @@ A built-in ``batches_generate_fn`` (marked :func:`vectorised`) gets SortedIds
 and returns a BatchView; a subclass's own hook gets and returns plain lists.
 :func:`as_view` turns either answer into a BatchView once; every step after it
 takes and returns a BatchView. See NOTE [ Compact storage ] in
-speechiter/plan.py.
+speechiter/ids.py.
 """
 from collections.abc import Sequence
 from typing import Callable, Dict, List, Optional, Union
@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Union
 import numpy as np
 
 from speechiter.errors import ConfigError
-from speechiter.plan import IdList, SortedIds, decode_ids, encode_ids
+from speechiter.ids import IdList, SortedIds, decode_ids, encode_ids
 
 
 class BatchView(Sequence):

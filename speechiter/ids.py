@@ -1,5 +1,6 @@
-"""Compact storage for planning: ids as bytes (IdIndex, IdList, SortedIds), idx2 values as byte ranges (Column),
-lengths as arrays (LengthMap). The batching view built on them is speechiter.iterator.view.BatchView.
+"""Ids and what is keyed by them, stored compactly: ids as bytes (IdIndex, IdList, SortedIds), idx2 values as
+byte ranges (Column), lengths as arrays (LengthMap). The batching view built on them is
+speechiter.iterator.view.BatchView; the dataset and the iterator layers share these types.
 
 # NOTE [ Compact storage ]
 A corpus of 10M utterances as dicts of Python strings costs gigabytes, seconds
