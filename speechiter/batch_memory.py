@@ -2,11 +2,12 @@
 
 A Dataset asks :func:`batch_empty` for its padded arrays instead of
 ``np.empty``. Whoever builds the batch -- the engine, in a process worker --
-may install an allocator for the current thread first; then the arrays are
-carved from the memory the batch will travel in (see NOTE [ Batch arrays in
-place ] in speechiter/sequence/shm/pack.py) and cross to the main process without
-another copy. With no allocator installed (threads, the main process) or no
-room left, they are plain ``np.empty`` arrays.
+may install an allocator in the batch's context first (see
+NOTE [ Batch context ] in speechiter/batch_context.py); then the arrays are
+carved from the memory the batch will travel in (see
+NOTE [ Batch arrays in place ] in speechiter/sequence/shm/pack.py) and cross
+to the main process without another copy. With no allocator installed (threads, the main process) or no room left,
+they are plain ``np.empty`` arrays.
 
 This module knows nothing about the engine, so the dataset layer does not
 import it; the engine imports this module to install its allocator::
@@ -17,10 +18,11 @@ import it; the engine imports this module to install its allocator::
     finally:
         install_allocator(previous)
 """
-import threading
 from typing import Optional, Protocol, Tuple, Union
 
 import numpy as np
+
+from speechiter.batch_context import current_batch
 
 Shape = Union[int, Tuple[int, ...]]
 
@@ -32,22 +34,19 @@ class BatchAllocator(Protocol):
         """An uninitialised C-contiguous array, or None when there is no room."""
 
 
-_current = threading.local()
-
-
 def install_allocator(allocator: Optional[BatchAllocator]) -> Optional[BatchAllocator]:
-    """Make ``allocator`` serve :func:`batch_empty` in this thread (None: numpy).
+    """Make ``allocator`` serve :func:`batch_empty` in this thread's batch (None: numpy).
 
     Returns the allocator it replaces, to put back when the batch is built.
     """
-    previous = getattr(_current, "allocator", None)
-    _current.allocator = allocator
+    context = current_batch()
+    previous, context.allocator = context.allocator, allocator
     return previous
 
 
 def current_allocator() -> Optional[BatchAllocator]:
-    """The allocator installed in this thread, if any."""
-    return getattr(_current, "allocator", None)
+    """The allocator installed in this thread's batch, if any."""
+    return current_batch().allocator
 
 
 def batch_empty(shape: Shape, dtype=np.float32) -> np.ndarray:

@@ -3,7 +3,10 @@
 An :class:`Engine` takes one epoch's tasks (:class:`speechiter.sequence.Task`:
 position, ids, seed) and yields their batches in exactly that order. An
 Iterator owns one engine for its whole life (workers persist across epochs),
-made by :func:`make_engine` from its :class:`EngineSettings`:
+made by :func:`make_engine` from its :class:`EngineSettings` and a reader
+factory (a picklable callable that builds the worker-side reader, whose
+``reader[ids]`` is a batch; speechiter.dataset.reader.DatasetReader for a
+speechiter Dataset):
 
 - ``msequence``: worker processes or threads (speechiter/sequence/);
   ``num_workers=0`` builds batches in the main process.
@@ -12,7 +15,8 @@ made by :func:`make_engine` from its :class:`EngineSettings`:
   (torch_engine.py), for side-by-side comparison.
 
 All three build a batch with speechiter.sequence.fetch, so they give the same
-batches.
+batches. The engine knows nothing of datasets: what a batch is made of comes
+from the reader factory.
 """
 import functools
 import multiprocessing
@@ -20,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from speechiter.checks import check_choice, check_int, check_optional_int
-from speechiter.dataset.reader import DatasetReader
 from speechiter.errors import ConfigError
 from speechiter.sequence.convert import is_out_type, resolve_out_type
 from speechiter.sequence.fetch import Task
@@ -76,9 +79,10 @@ class EngineSettings:
         return self.buffer if self.buffer is not None else max(2, 2 * self.num_workers)
 
 
-def make_engine(settings: EngineSettings, dataset) -> Engine:
-    """The engine of ``settings`` over a speechiter Dataset; its workers start on first use."""
-    reader = DatasetReader(dataset)
+def make_engine(settings: EngineSettings, reader: Callable[[], Any]) -> Engine:
+    """The engine of ``settings``; each worker builds batches with ``reader()``
+    (called in the worker; see speechiter.sequence.start for how it gets
+    there). The workers start on first use."""
     if settings.kind == "torch":
         return TorchEngine(reader, settings.num_workers, settings.out_type, start_method=settings.start_method)
     out_type = resolve_out_type(settings.out_type)

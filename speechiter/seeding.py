@@ -3,7 +3,8 @@
 Every batch is built under random state derived from (seed, epoch, position of
 the batch in the epoch's full plan), never from which worker builds it. So the
 output does not depend on the number of workers, threads or processes, nor on
-where a run resumed. See handbook.md, "Reproducibility".
+where a run resumed. See handbook.md, "Reproducibility". The batch's generators
+live in its context (see NOTE [ Batch context ] in speechiter/batch_context.py).
 """
 import hashlib
 import random
@@ -16,7 +17,9 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-_local = threading.local()
+from speechiter.batch_context import current_batch
+
+_spares = threading.local()  # RandomStates to reseed, per thread
 _MASK64 = (1 << 64) - 1
 
 
@@ -40,7 +43,7 @@ def _random_state(seed: int):
     reseeding one gives the same numbers in ~2 us, which counts once per batch
     and at every boundary of short epochs.
     """
-    spares = _local.__dict__.setdefault("spare_states", [])
+    spares = _spares.__dict__.setdefault("states", [])
     state = spares.pop() if spares else np.random.RandomState(0)
     state.seed(seed)
     try:
@@ -87,27 +90,28 @@ def seeded(seed: int):
     """Run a block under the random state of one batch.
 
     Seeds Python's ``random``, numpy's global generator and torch's, and sets
-    the generator that :func:`rng` returns in this thread. Once any thread
+    the seed and the generator that :func:`rng` returns in this thread's batch
+    context (speechiter.batch_context.current_batch). Once any thread
     other than the main one enters it, :func:`isolate_thread_random` gives
     ``random`` and ``numpy.random`` a state of their own in each thread.
     """
     if not _isolated and threading.current_thread() is not threading.main_thread():
         isolate_thread_random()  # a thread worker: see NOTE [ Global generators and threads ]
-    previous = (getattr(_local, "generator", None), getattr(_local, "py_random", None),
-                getattr(_local, "np_random", None))
+    context = current_batch()
+    previous = context.seed, context.generator, context.py_random, context.np_random
     with ExitStack() as stack:
-        _local.generator = np.random.default_rng(seed)
+        context.seed, context.generator = seed, np.random.default_rng(seed)
         if _isolated:
-            _local.py_random = random.Random(seed)
-            _local.np_random = stack.enter_context(_random_state(seed & 0xFFFFFFFF))
+            context.py_random = random.Random(seed)
+            context.np_random = stack.enter_context(_random_state(seed & 0xFFFFFFFF))
         else:
             random.seed(seed)
             np.random.seed(seed & 0xFFFFFFFF)
         _seed_torch(seed)
         try:
-            yield _local.generator
+            yield context.generator
         finally:
-            _local.generator, _local.py_random, _local.np_random = previous
+            context.seed, context.generator, context.py_random, context.np_random = previous
 
 
 def imported_torch():
@@ -160,7 +164,7 @@ def _redirect(module, instance, attr: str):
 
 def _dispatcher(name: str, default, attr: str):
     def call(*args, **kwargs):
-        state = getattr(_local, attr, None)
+        state = getattr(current_batch(), attr)
         return getattr(state if state is not None else default, name)(*args, **kwargs)
     call.__name__ = call.__qualname__ = name
     return call
@@ -174,5 +178,5 @@ def rng() -> np.random.Generator:
     generators of ``random`` and numpy are shared between threads. Outside a
     batch it returns a fresh, unseeded generator.
     """
-    generator = getattr(_local, "generator", None)
+    generator = current_batch().generator
     return generator if generator is not None else np.random.default_rng()

@@ -77,7 +77,7 @@ class PadStackBatches:
 
 @pytest.mark.timeout(60)
 def test_process_workers_build_pad_stack_arrays_in_their_slot():
-    """See NOTE [ Batch arrays in place ] in speechiter/sequence/shm.py."""
+    """See NOTE [ Batch arrays in place ] in speechiter/sequence/shm/pack.py."""
     plan = [[i, i + 1] for i in range(0, 120, 2)]
     options = dict(dset_size=120, batch_size=2, shuffle=False, out_type="null", batches=plan)
     with MSequence(PadStackBatches, num_workers=0, **options).start_test("numpy") as inline:

@@ -4,6 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from speechiter.dataset.reader import DatasetReader
 from speechiter.engine import EngineSettings, SequenceEngine, make_engine
 from speechiter.errors import ConfigError
 from speechiter.sequence import Task
@@ -49,7 +50,7 @@ def test_settings_are_frozen_and_lookahead_follows_the_buffer_rule():
                                       EngineSettings(num_workers=2, thread_type="thread", out_type="null"),
                                       EngineSettings(num_workers=2, out_type="null")])
 def test_msequence_engine_restarts_after_an_abandoned_epoch(settings):
-    engine = make_engine(settings, Numbers())
+    engine = make_engine(settings, DatasetReader(Numbers()))
     assert isinstance(engine, SequenceEngine)
     try:
         for batch in engine.iterate(tasks(8)):
@@ -66,7 +67,7 @@ def test_msequence_engine_restarts_after_an_abandoned_epoch(settings):
 
 @pytest.mark.timeout(60)
 def test_torch_engine_gives_the_same_batches():
-    engine = make_engine(EngineSettings(kind="torch", num_workers=0, out_type="null"), Numbers())
+    engine = make_engine(EngineSettings(kind="torch", num_workers=0, out_type="null"), DatasetReader(Numbers()))
     assert isinstance(engine, TorchEngine)
     try:
         assert [b["ids"].tolist() for b in engine.iterate(tasks(4))] == [[0], [1], [2], [3]]

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from speechiter import engine as engine_module
+from speechiter.dataset.reader import DatasetReader
 from speechiter.sequence import MSequence, Task
 from speechiter.sequence import shm
 from speechiter.sequence.shm import stale
@@ -78,7 +79,7 @@ class _HangingDataset:
 def test_inline_engine_uses_the_worker_timeout(monkeypatch, kind):
     monkeypatch.setattr(engine_module, "BATCH_TIMEOUT_S", 1.0)
     engine = engine_module.make_engine(engine_module.EngineSettings(kind=kind, num_workers=0, out_type="null"),
-                                       _HangingDataset())
+                                       DatasetReader(_HangingDataset()))
     tasks = [Task(i, [f"u{i}"], None) for i in range(8)]
     try:
         with pytest.raises(TimeoutError, match=r"timeout=1\) for batch 5 built in the main process.*'u5'"):

@@ -9,7 +9,8 @@ a batch from a list of ids:
 Batches are plain numpy arrays, lists of strings and numbers; the engine turns
 them into torch tensors. Subclasses override the hooks, as in SpeeChain.
 The ``data_selection`` rules live in selection.py, the collation helpers in
-collate.py, and the engine's adapter (DatasetReader) in reader.py.
+collate.py, and the reader the engine builds batches with (DatasetReader) in
+reader.py.
 """
 import os
 import re
@@ -23,8 +24,8 @@ from speechiter.dataset.collate import check_same_keys, collate_values, odd_shap
 from speechiter.dataset.collate import pad_stack  # noqa: F401 (re-exported)
 from speechiter.dataset.selection import select_ids, selection_rules
 from speechiter.errors import ConfigError, DataError
-from speechiter.idx2 import read_idx2_files
 from speechiter.ids import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
+from speechiter.idx2 import read_idx2_files
 from speechiter.registry import signature_names
 
 
@@ -52,9 +53,6 @@ class Dataset:
     #: main_data names whose values are file paths; relative ones resolve
     #: against the folder of the idx2 file that lists them.
     path_keys: Sequence[str] = ()
-    #: (lengths, files) of a waveform length file, set by the iterator: NOTE [ Length files are checked ]
-    #: in length_check.py
-    expected_lengths = None
 
     def __init__(self, main_data: Dict[str, Union[str, List[str]]], data_selection=None, seed: int = 0,
                  **dataset_conf):

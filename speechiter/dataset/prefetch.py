@@ -1,4 +1,4 @@
-"""A batch's reads from object storage, started together (issue 15).
+"""A batch's reads from object storage, started together.
 
 # NOTE [ Reading a batch's URLs together ]
 A worker builds a batch one utterance after another, and its random draws
@@ -20,7 +20,9 @@ the thread workers of a process, so reads queue in the order the batches
 started them: the first batch's reads go first. Like the fsspec filesystems
 it reads through (and fsspec's own IO thread), it lives as long as the
 process: its threads (``storage-read_N``) idle between batches and are not an
-iterator's engine threads, which end with the iterator.
+iterator's engine threads, which end with the iterator. The started reads are
+kept in the batch's context (see NOTE [ Batch context ] in
+speechiter/batch_context.py).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
+from speechiter.batch_context import current_batch
 from speechiter.storage import is_url
 
 __all__ = ["POOL_THREADS", "reading_together", "take"]
@@ -39,7 +42,6 @@ POOL_THREADS = 32
 _pool: Optional[ThreadPoolExecutor] = None
 _pool_pid: Optional[int] = None
 _pool_lock = threading.Lock()
-_started = threading.local()  # .reads: {value: [Future, ...]} of the batch this thread builds
 
 
 def _the_pool() -> ThreadPoolExecutor:
@@ -57,8 +59,8 @@ def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
     """Start ``read(column[uid])`` for the batch ``ids`` when its values are URLs
     (told by the first; a batch of local files costs one lookup); inside the
     block, :func:`take` returns their results."""
-    if (column is None or len(ids) < 2 or not is_url(column[ids[0]])
-            or getattr(_started, "reads", None) is not None):
+    context = current_batch()
+    if column is None or len(ids) < 2 or context.reads is not None or not is_url(column[ids[0]]):
         yield
         return
     urls = [value for value in (column[uid] for uid in ids) if is_url(value)]
@@ -66,11 +68,11 @@ def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
     reads: Dict[str, List[Future]] = {}
     for value in urls:
         reads.setdefault(value, []).append(pool.submit(read, value))
-    _started.reads = reads
+    context.reads = reads
     try:
         yield
     finally:
-        _started.reads = None
+        context.reads = None
         for futures in reads.values():
             for future in futures:
                 future.cancel()
@@ -79,7 +81,7 @@ def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
 def take(value: str, read: Callable[[str], object]) -> object:
     """The result of the read started for ``value`` (its error raised here), or
     ``read(value)`` when none was started."""
-    reads = getattr(_started, "reads", None)
+    reads = current_batch().reads
     futures = reads.get(value) if reads else None
     if not futures:
         return read(value)

@@ -1,6 +1,7 @@
-"""The adapter the engine calls to build a batch from a Dataset in each worker."""
-from typing import Any, Dict, Sequence
+"""The reader factory: what the engine calls to build a batch from a Dataset in each worker."""
+from typing import Any, Dict, Optional, Sequence
 
+from speechiter.batch_context import current_batch
 from speechiter.dataset.abs import Dataset
 
 
@@ -10,13 +11,24 @@ class DatasetReader:
     It is also its own picklable factory (``reader()`` returns itself), so
     each worker gets a copy: pickled once per pool (fork server, spawn), inherited with fork. Datasets
     that hold open handles must open them lazily (see speechiter/arrays.py).
+
+    ``expected_lengths``: ``(LengthMap, files)`` of a waveform length file,
+    which each batch's decoded audio is checked against; the reader puts it in
+    the batch's context (see NOTE [ Batch context ] in speechiter/batch_context.py
+    and NOTE [ Length files are checked ] in length_check.py).
     """
 
-    def __init__(self, dataset: Dataset):
+    def __init__(self, dataset: Dataset, expected_lengths: Optional[tuple] = None):
         self.dataset = dataset
+        self.expected_lengths = expected_lengths
 
     def __call__(self) -> "DatasetReader":
         return self
 
     def __getitem__(self, ids: Sequence[str]) -> Dict[str, Any]:
-        return self.dataset.get_batch(ids)
+        context = current_batch()
+        previous, context.expected_lengths = context.expected_lengths, self.expected_lengths
+        try:
+            return self.dataset.get_batch(ids)
+        finally:
+            context.expected_lengths = previous

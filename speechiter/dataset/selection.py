@@ -30,8 +30,8 @@ from typing import Any, List, Optional, Sequence
 import numpy as np
 
 from speechiter.errors import ConfigError, DataError
-from speechiter.idx2 import Idx2Table, read_idx2_table
 from speechiter.ids import Column, IdIndex
+from speechiter.idx2 import Idx2Table, read_idx2_table
 
 SELECTION_MODES = ("order", "rev_order", "random", "min", "max", "middle", "group")
 POSITION_MODES = ("order", "rev_order", "random")

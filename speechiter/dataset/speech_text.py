@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from speechiter.batch_context import current_batch
 from speechiter.checks import check_bool, check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
@@ -34,8 +35,8 @@ from speechiter.dataset.token_text import (SPACE, is_token_list, parse_durations
                                            text_lengths, trim_fraction)
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
-from speechiter.pitch import PitchExtractor, collate_pitch  # issue 12 R8 (pitch_conf)
 from speechiter.ids import LengthMap
+from speechiter.pitch import PitchExtractor, collate_pitch  # issue 12 R8 (pitch_conf)
 from speechiter.seeding import rng
 from speechiter.segments import is_kaldi_segments, read_wav_scp
 from speechiter.storage import redact
@@ -184,8 +185,9 @@ class SpeechTextDataset(Dataset):
     def _read_wave(self, uid: str, value: str) -> np.ndarray:
         """Decoded (resampled to ``read_rate``) and speed-perturbed."""
         feat, _ = self._read("feat", uid, take, value, self._read_speech)
-        if self.expected_lengths is not None:  # NOTE [ Length files are checked ] in length_check.py
-            problem = length_problem(*self.expected_lengths, uid, value, feat.shape[0])
+        expected = current_batch().expected_lengths  # NOTE [ Length files are checked ] in length_check.py
+        if expected is not None:
+            problem = length_problem(*expected, uid, value, feat.shape[0])
             if problem is not None:
                 raise self.data_error("feat", uid, problem)
         if self.use_speed_perturb:

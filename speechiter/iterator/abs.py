@@ -1,4 +1,8 @@
-"""The Iterator base class: a Dataset plus a batching view of its ids.
+"""The Iterator base class: SpeeChain's facade over a Dataset, a BatchPlan and EngineSettings.
+
+The keyword arguments split in two frozen values: a :class:`speechiter.plan.BatchPlan`
+(what the batches are; its fingerprint guards resumes) and an
+:class:`speechiter.engine.EngineSettings` (how they are loaded). From the plan:
 
     Dataset -> data_len, group_info -> sort -> batches_generate_fn -> as_view
             -> ngpu divisibility, this rank's share (distributed) = the batching view
@@ -6,32 +10,45 @@
 Each epoch, :meth:`Iterator.build_loader` clips the view to
 ``batches_per_epoch`` (the cursor rule), shuffles it (SpeeChain's cumulative
 or fresh shuffle, see NOTE [ Epoch shuffle ] in shuffle.py), cuts it at
-``start_step`` and hands the plan to the engine.
+``start_step`` and hands the tasks to the engine, which builds them with the
+reader factory :meth:`Iterator.reader` gives it.
 Subclasses override :meth:`batches_generate_fn` (and :meth:`budgets_longest`
 for a rule that is a hard bound). The view steps are in
 speechiter/iterator/view.py, lengths and the sort in lengths.py.
 """
+import dataclasses
 import weakref
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from speechiter.checks import check_bool, check_int, check_optional_int
+from speechiter.checks import check_bool, check_int
 from speechiter.dataset.abs import Dataset
+from speechiter.dataset.reader import DatasetReader
 from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import ConfigError, DataError
+from speechiter.ids import Column, SortedIds
 from speechiter.iterator.distributed import resolve_rank, share_view
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
 from speechiter.iterator.shuffle import EpochShuffle
 from speechiter.iterator.tasks import EpochTasks, check_plan_size
 from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches,
                                       is_vectorised, vectorised)
-from speechiter.ids import Column, SortedIds
-from speechiter.seeding import stream_id
-from speechiter.state import fingerprint, settings_summary, view_fingerprint
+from speechiter.plan import MAX_SEED, BatchPlan, qualified_name
+from speechiter.state import view_fingerprint
 
-#: the largest seed: seed + epoch (epochs up to 2**31 - 1) must fit the 32-bit shuffle seed
-MAX_SEED = 2 ** 31 - 1
+
+def _plan_option(name: str) -> property:
+    """A read-only attribute that reads the option ``name`` of the Iterator's BatchPlan."""
+    return property(lambda self: getattr(self.plan, name), doc=f"The plan's {name} (see speechiter.plan.BatchPlan).")
+
+
+def _dataset_class(dataset_type: Union[type, str]):
+    """The Dataset class (or factory), resolved from its ``file.Class`` name where given one."""
+    if isinstance(dataset_type, str):
+        from speechiter.registry import resolve_class
+        return resolve_class("dataset", dataset_type, "dataset_type", base=Dataset)
+    return dataset_type
 
 
 class Iterator:
@@ -69,6 +86,10 @@ class Iterator:
         name: the iterator's name in reports (``train/sup``); also names its
             random stream.
         **iter_conf: options of :meth:`batches_generate_fn`.
+
+    The options that decide the batches are kept in ``plan`` (a BatchPlan)
+    and read as attributes of the same names (``iterator.shuffle``); the
+    loading options in ``engine_settings`` (an EngineSettings).
     """
 
     def __init__(self, dataset_type: Union[type, str], dataset_conf: Optional[Dict] = None,
@@ -81,57 +102,55 @@ class Iterator:
                  thread_type: str = "proc", out_type: str = "cpu", buffer: Optional[int] = None,
                  start_method: Optional[str] = None,
                  name: Optional[str] = None, **iter_conf):
-        self.batches_per_epoch = check_optional_int(batches_per_epoch, "batches_per_epoch")
-        self.ngpu = check_int(ngpu, "ngpu")
         self.engine_settings = EngineSettings(kind=engine, num_workers=num_workers, thread_type=thread_type,
                                               start_method=start_method, out_type=out_type, buffer=buffer)
-        self.seed = check_int(seed, "seed", minimum=0)
-        if self.seed > MAX_SEED:  # seed + epoch seeds the 32-bit shuffle (see speechiter.seeding.permutation)
-            raise ConfigError("seed", f"expected at most {MAX_SEED}, got {seed!r}")
-        if is_descending is not None and not isinstance(is_descending, (bool, np.bool_)):
-            raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
-        self.is_descending = is_descending
-        self.shuffle = check_bool(shuffle, "shuffle")
+        self.pin_memory = check_bool(pin_memory, "pin_memory")  # SpeeChain's option; out_type decides
+        rank, world_size = resolve_rank(check_bool(distributed, "distributed"), rank, world_size)
+        plan = BatchPlan(type=qualified_name(type(self)), dataset="", dataset_conf=dataset_conf,
+                         batches_per_epoch=batches_per_epoch, data_len=data_len, group_info=group_info,
+                         is_descending=is_descending, shuffle=shuffle, ngpu=ngpu, rank=rank, world_size=world_size,
+                         iter_conf=iter_conf, evaluation=evaluation, seed=seed, name=name or type(self).__name__)
+        # the options are checked before the dataset loads; dataset_type may be a factory: the plan names the class
+        self.dataset: Dataset = _dataset_class(dataset_type)(**(dataset_conf or {}))
+        self.plan = dataclasses.replace(plan, dataset=qualified_name(type(self.dataset)))
         self._shuffle = EpochShuffle(self.seed)
-        self.evaluation = check_bool(evaluation, "evaluation")
-        self.pin_memory = check_bool(pin_memory, "pin_memory")
-        distributed = check_bool(distributed, "distributed")
-        if is_descending not in (True, False, None):
-            raise ConfigError("is_descending", f"expected true, false or null, got {is_descending!r}")
-        self.name = name or type(self).__name__
-        self.stream = stream_id(self.name)
+        self._make_view()
+        self.config_fingerprint = self.plan.fingerprint()
+        # the same settings, readable: saved in state files to say what changed (see speechiter.state)
+        self.config_summary = self.plan.summary()
+        self._engine: Optional[Engine] = None
+        self._engine_finalizer: Optional[weakref.finalize] = None
 
-        if isinstance(dataset_type, str):
-            from speechiter.registry import resolve_class
-            dataset_type = resolve_class("dataset", dataset_type, "dataset_type", base=Dataset)
-        self.dataset: Dataset = dataset_type(**(dataset_conf or {}))
+    # --- the plan's options, as SpeeChain's attributes (read-only: see speechiter.plan.BatchPlan) ---
+    batches_per_epoch = _plan_option("batches_per_epoch")
+    data_len_files = _plan_option("data_len")  # the data_len option, for plots and reports
+    is_descending = _plan_option("is_descending")
+    shuffle = _plan_option("shuffle")
+    seed = _plan_option("seed")
+    ngpu = _plan_option("ngpu")
+    rank = _plan_option("rank")
+    world_size = _plan_option("world_size")
+    evaluation = _plan_option("evaluation")
+    name = _plan_option("name")
+    iter_conf = _plan_option("iter_conf")
 
-        lengths = load_lengths(self.dataset, data_len, longest=self.budgets_longest(iter_conf))
-        self.data_len_files, self.iter_conf = data_len, dict(iter_conf)  # for plots and reports
+    # --- construction ----------------------------------------------------------
+    def _make_view(self):
+        """Lengths and group_info -> sort -> batches_generate_fn -> the ngpu rule and this rank's share."""
+        plan = self.plan
+        lengths, self._expected_lengths = load_lengths(self.dataset, plan.data_len,
+                                                       longest=self.budgets_longest(plan.iter_conf))
         self.group_info: Optional[Dict[str, Column]]
-        self.group_info, kept = load_group_info(self.dataset, group_info)
+        self.group_info, kept = load_group_info(self.dataset, plan.group_info)
         if lengths is not None and kept is not None:
             lengths = lengths.take(kept)
         # the hooks' form: compact for a built-in batches_generate_fn, a dict for a subclass's own
         self.data_len: Optional[Mapping[str, float]] = (lengths if lengths is None or is_vectorised(self)
                                                         else lengths.to_dict())
-        view = self._generate_view(sort_ids(self.dataset.get_data_index(), lengths, is_descending), iter_conf)
-        self.rank, self.world_size = resolve_rank(distributed, rank, world_size)
-        self._set_view(self._distribute(view))
-        check_plan_size(self.batches_per_epoch, self._view)
-        settings = {"type": f"{type(self).__module__}.{type(self).__qualname__}",
-                    "dataset": f"{type(self.dataset).__module__}.{type(self.dataset).__qualname__}",
-                    "dataset_conf": dataset_conf, "batches_per_epoch": batches_per_epoch, "data_len": data_len,
-                    "group_info": group_info, "is_descending": is_descending, "shuffle": shuffle, "ngpu": ngpu,
-                    "rank": self.rank, "world_size": self.world_size, "iter_conf": iter_conf,
-                    **({"evaluation": True} if self.evaluation and self.world_size > 1 else {})}
-        self.config_fingerprint = fingerprint(settings)
-        # the same settings, readable: saved in state files to say what changed (see speechiter.state)
-        self.config_summary = settings_summary(settings)
-        self._engine: Optional[Engine] = None
-        self._engine_finalizer: Optional[weakref.finalize] = None
+        sorted_ids = sort_ids(self.dataset.get_data_index(), lengths, plan.is_descending)
+        self._set_view(self._distribute(self._generate_view(sorted_ids, plan.iter_conf)))
+        check_plan_size(plan.batches_per_epoch, self._view)
 
-    # --- construction ----------------------------------------------------------
     def _generate_view(self, sorted_ids: SortedIds, iter_conf: dict) -> BatchView:
         """batches_generate_fn's batches as a BatchView (the one conversion)."""
         data_index = sorted_ids if is_vectorised(self) else sorted_ids.tolist()
@@ -253,7 +272,7 @@ class Iterator:
         plan = self._epoch_plan(epoch)
         if start_step > len(plan):
             raise ConfigError("start_step", f"epoch {epoch} has {len(plan)} batches, got start_step={start_step}")
-        return EpochTasks(plan, start_step, len(plan), self.seed, epoch, self.stream + self.rank)
+        return EpochTasks(plan, start_step, len(plan), self.seed, epoch, self.plan.stream)
 
     def build_loader(self, epoch: int = 1, start_step: int = 0, prefetch_next: bool = True,
                      stop_step: Optional[int] = None):
@@ -271,9 +290,15 @@ class Iterator:
         """The loading engine of this iterator, started on first use; its
         workers persist across epochs until :meth:`close` (or exit)."""
         if self._engine is None:
-            self._engine = make_engine(self.engine_settings, self.dataset)
+            self._engine = make_engine(self.engine_settings, self.reader())
             self._engine_finalizer = weakref.finalize(self, self._engine.close)
         return self._engine
+
+    def reader(self) -> DatasetReader:
+        """The reader factory the engine's workers build batches with: the
+        dataset, and the length file its audio is checked against (see
+        NOTE [ Length files are checked ] in speechiter/dataset/length_check.py)."""
+        return DatasetReader(self.dataset, self._expected_lengths)
 
     def close(self):
         """End the loading workers (also done at exit)."""

@@ -35,10 +35,10 @@ from typing import Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from speechiter.errors import ConfigError
+from speechiter.ids import encode_ids
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import check_budget
 from speechiter.iterator.view import Batches, BatchView, hook_answer, lengths_of, vectorised
-from speechiter.ids import encode_ids
 
 _STREAM = 0x6275636B  # "buck": keeps the bucket shuffle apart from other draws of (seed, epoch)
 

@@ -48,5 +48,5 @@ def share_view(view: BatchView, ngpu: int, rank: int, world_size: int, descendin
             warnings.warn(f"{name}: ngpu={ngpu} but the world size is {world_size}: batches are made divisible "
                           f"by {ngpu}, not by the {world_size} ranks, so {uneven} of {len(sizes)} batches split "
                           f"unevenly (ranks get batches of different sizes){cost}; set ngpu to {world_size} "
-                          f"(--ngpu {world_size})", stacklevel=4)
+                          f"(--ngpu {world_size})", stacklevel=5)
     return distribute(view, ngpu, rank, world_size, descending, evaluation)

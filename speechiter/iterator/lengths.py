@@ -13,27 +13,31 @@ import numpy as np
 from speechiter.dataset import length_check
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
-from speechiter.idx2 import check_lengths, read_idx2_files
 from speechiter.ids import Column, IdIndex, IdList, LengthMap, SortedIds, encode_ids
+from speechiter.idx2 import check_lengths, read_idx2_files
 
 Files = Union[str, List[str]]
+ExpectedLengths = Tuple[LengthMap, List[str]]  # a waveform length file's lengths as read, and its files
 
 
-def load_lengths(dataset: Dataset, data_len: Optional[Files], longest: bool = False) -> Optional[LengthMap]:
+def load_lengths(dataset: Dataset, data_len: Optional[Files], longest: bool = False
+                 ) -> Tuple[Optional[LengthMap], Optional[ExpectedLengths]]:
     """Lengths after the dataset's batch_length_fn (``max_batch_length_fn``
     with ``longest``), for every id it keeps: from the ``data_len`` idx2
-    files, else those the dataset registers, else None."""
+    files, else those the dataset registers, else None. And, for a waveform
+    length file, ``(lengths as read, files)``: what the loaded audio is checked
+    against (NOTE [ Length files are checked ] in dataset/length_check.py)."""
     ids = dataset.id_array()
     if data_len is None:
         registered = dataset.data_len
         if registered is None:
-            return None
+            return None, None
         if isinstance(registered, LengthMap):
             values = registered.values[registered.index.find(ids)].astype(np.float64)
         else:
             values = np.array([registered[uid] for uid in IdList(ids)], dtype=np.float64)
         check_lengths(f"{type(dataset).__name__}.data_len_register_fn", ids, values)
-        return LengthMap(IdIndex(ids), values)  # already in the dataset's own unit (text: characters)
+        return LengthMap(IdIndex(ids), values), None  # already in the dataset's own unit (text: characters)
     else:
         files = [data_len] if isinstance(data_len, str) else list(data_len)
         merged = read_idx2_files(files, "data_len", on_duplicate="last")  # a later file wins (SpeeChain)
@@ -43,15 +47,14 @@ def load_lengths(dataset: Dataset, data_len: Optional[Files], longest: bool = Fa
         if missing.any():
             warnings.warn(f"{int(missing.sum())} of {len(ids)} utterances have no length in {', '.join(files)} "
                           f"and are dropped (first: {ids[int(np.argmax(missing))].decode('utf-8')})",
-                          stacklevel=3)
+                          stacklevel=4)
             if missing.all():
                 raise DataError(f"no utterance of the dataset has a length in {', '.join(files)}")
             dataset.keep_only(ids[~missing])
             ids, rows = dataset.id_array(), rows[~missing]
         values = file_values[rows]
-        if length_check.checked(files):  # NOTE [ Length files are checked ] in dataset/length_check.py
-            dataset.expected_lengths = (LengthMap(IdIndex(ids), values), files)
-    return LengthMap(IdIndex(ids), batch_lengths(dataset, values, longest))
+        expected = (LengthMap(IdIndex(ids), values), files) if length_check.checked(files) else None
+    return LengthMap(IdIndex(ids), batch_lengths(dataset, values, longest)), expected
 
 
 def length_hook(dataset: Dataset, longest: bool = False):
@@ -116,7 +119,7 @@ def load_group_info(dataset: Dataset, group_info: Optional[Dict[str, Files]]
     kept_rows = None
     if not kept.all():
         warnings.warn(f"{int((~kept).sum())} of {len(ids)} utterances have no group_info entry and are "
-                      f"dropped", stacklevel=3)
+                      f"dropped", stacklevel=4)
         dataset.keep_only(ids[kept])
         kept_rows = np.flatnonzero(kept)
     index = IdIndex(ids[kept])
