@@ -1,5 +1,7 @@
 """speechiter.engine: settings, the factory, and the msequence engine's restarts."""
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -73,3 +75,11 @@ def test_torch_engine_gives_the_same_batches():
         assert [b["ids"].tolist() for b in engine.iterate(tasks(4))] == [[0], [1], [2], [3]]
     finally:
         engine.close()
+
+
+def test_the_engine_imports_nothing_of_datasets_or_iterators():
+    """make_engine takes a reader factory: what a batch is made of is not the engine's business."""
+    code = ("import sys, speechiter.engine; print(sorted(m for m in sys.modules "
+            "if m.startswith(('speechiter.dataset', 'speechiter.iterator'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "[]"

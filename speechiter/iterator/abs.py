@@ -1,20 +1,16 @@
 """The Iterator base class: SpeeChain's facade over a Dataset, a BatchPlan and EngineSettings.
 
-The keyword arguments split in two frozen values: a :class:`speechiter.plan.BatchPlan`
-(what the batches are; its fingerprint guards resumes) and an
-:class:`speechiter.engine.EngineSettings` (how they are loaded). From the plan:
+The keyword arguments become two frozen values: a :class:`speechiter.plan.BatchPlan` (what the batches are; its
+fingerprint guards resumes) and a :class:`speechiter.engine.EngineSettings` (how they are loaded). The plan:
 
     Dataset -> data_len, group_info -> sort -> batches_generate_fn -> as_view
             -> ngpu divisibility, this rank's share (distributed) = the batching view
 
-Each epoch, :meth:`Iterator.build_loader` clips the view to
-``batches_per_epoch`` (the cursor rule), shuffles it (SpeeChain's cumulative
-or fresh shuffle, see NOTE [ Epoch shuffle ] in shuffle.py), cuts it at
-``start_step`` and hands the tasks to the engine, which builds them with the
-reader factory :meth:`Iterator.reader` gives it.
-Subclasses override :meth:`batches_generate_fn` (and :meth:`budgets_longest`
-for a rule that is a hard bound). The view steps are in
-speechiter/iterator/view.py, lengths and the sort in lengths.py.
+Each epoch, :meth:`Iterator.build_loader` clips the view to ``batches_per_epoch`` (the cursor rule), shuffles it
+(SpeeChain's cumulative or fresh shuffle, see NOTE [ Epoch shuffle ] in shuffle.py), cuts it at ``start_step`` and
+hands the tasks to the engine, which builds them with :meth:`Iterator.reader`. Subclasses override
+:meth:`batches_generate_fn` (and :meth:`budgets_longest` for a rule that is a hard bound). The view steps are in
+view.py, lengths and the sort in lengths.py.
 """
 import dataclasses
 import weakref
@@ -31,10 +27,10 @@ from speechiter.ids import Column, SortedIds
 from speechiter.iterator.distributed import resolve_rank, share_view
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
 from speechiter.iterator.shuffle import EpochShuffle
-from speechiter.iterator.tasks import EpochTasks, check_plan_size
+from speechiter.iterator.tasks import EpochTasks, check_epoch, check_plan_size
 from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches,
                                       is_vectorised, vectorised)
-from speechiter.plan import MAX_SEED, BatchPlan, qualified_name
+from speechiter.plan import BatchPlan, qualified_name
 from speechiter.state import view_fingerprint
 
 
@@ -43,53 +39,39 @@ def _plan_option(name: str) -> property:
     return property(lambda self: getattr(self.plan, name), doc=f"The plan's {name} (see speechiter.plan.BatchPlan).")
 
 
-def _dataset_class(dataset_type: Union[type, str]):
-    """The Dataset class (or factory), resolved from its ``file.Class`` name where given one."""
-    if isinstance(dataset_type, str):
-        from speechiter.registry import resolve_class
-        return resolve_class("dataset", dataset_type, "dataset_type", base=Dataset)
-    return dataset_type
-
-
 class Iterator:
     """Base iterator: batches of a fixed number of utterances (``batch_size``).
 
     Args:
-        dataset_type: a Dataset subclass, or its ``file.Class`` name (resolved
-            by the caller; see speechiter.build).
+        dataset_type: a Dataset subclass, or its ``file.Class`` name (resolved by the caller; see speechiter.build).
         dataset_conf: keyword arguments of the Dataset.
-        batches_per_epoch: batches in each epoch, smaller or larger than the
-            view; None uses the whole view.
-        data_len: idx2 length file(s) used for sorting and batching; None uses
-            the lengths the dataset registers, if any.
+        batches_per_epoch: batches in each epoch, smaller or larger than the view; None uses the whole view.
+        data_len: idx2 length file(s) used for sorting and batching; None uses the lengths the dataset
+            registers, if any.
         group_info: ``{name: idx2 file}`` metadata for group-wise evaluation.
-        is_descending: sort by length, longest first (True), shortest first
-            (False) or keep the dataset order (None). Ties keep the id order.
-        shuffle: shuffle the batches every epoch, seeded by seed + epoch
-            (see NOTE [ Epoch shuffle ] in speechiter/iterator/shuffle.py).
+        is_descending: sort by length, longest first (True), shortest first (False) or keep the dataset order
+            (None). Ties keep the id order.
+        shuffle: shuffle the batches every epoch, seeded by seed + epoch (see NOTE [ Epoch shuffle ] in
+            speechiter/iterator/shuffle.py).
         seed: the run's seed.
         ngpu: make every batch's size divisible by ngpu.
         num_workers: loading workers; 0 loads in the main process.
         pin_memory: accepted for SpeeChain compatibility (see out_type).
         distributed: take this rank's share of every batch (torch.distributed).
         rank, world_size: override the distributed rank and world size.
-        evaluation: a valid or test iterator (build_iterators sets it): under
-            distributed, each utterance goes to one rank only and padding rows
-            are marked (see speechiter.iterator.view.eval_share).
+        evaluation: a valid or test iterator (build_iterators sets it): under distributed, each utterance goes
+            to one rank only and padding rows are marked (see speechiter.iterator.view.eval_share).
         engine: ``msequence`` (default), ``inline`` or ``torch``.
         thread_type: ``proc`` or ``thread`` workers of the msequence engine.
-        start_method: how ``proc`` workers start: ``forkserver`` (the default
-            where the OS has it, else ``spawn``), ``spawn`` or ``fork``; see
-            NOTE [ Start method ] in speechiter/sequence/start.py.
+        start_method: how ``proc`` workers start: ``forkserver`` (the default where the OS has it, else
+            ``spawn``), ``spawn`` or ``fork``; see NOTE [ Start method ] in speechiter/sequence/start.py.
         out_type: ``cpu`` (torch tensors), ``cuda`` or ``null`` (numpy).
         buffer: batches in flight; default 2 per worker (at least 2).
-        name: the iterator's name in reports (``train/sup``); also names its
-            random stream.
+        name: the iterator's name in reports (``train/sup``); also names its random stream.
         **iter_conf: options of :meth:`batches_generate_fn`.
 
-    The options that decide the batches are kept in ``plan`` (a BatchPlan)
-    and read as attributes of the same names (``iterator.shuffle``); the
-    loading options in ``engine_settings`` (an EngineSettings).
+    The options that decide the batches are in ``plan`` (a BatchPlan), also read as attributes of the same
+    names (``iterator.shuffle``); the loading options in ``engine_settings`` (an EngineSettings).
     """
 
     def __init__(self, dataset_type: Union[type, str], dataset_conf: Optional[Dict] = None,
@@ -98,20 +80,22 @@ class Iterator:
                  is_descending: Optional[bool] = True, shuffle: bool = True, seed: int = 0, ngpu: int = 1,
                  num_workers: int = 1, pin_memory: bool = False, distributed: bool = False,
                  rank: Optional[int] = None, world_size: Optional[int] = None, evaluation: bool = False,
-                 engine: str = "msequence",
-                 thread_type: str = "proc", out_type: str = "cpu", buffer: Optional[int] = None,
-                 start_method: Optional[str] = None,
-                 name: Optional[str] = None, **iter_conf):
+                 engine: str = "msequence", thread_type: str = "proc", out_type: str = "cpu",
+                 buffer: Optional[int] = None, start_method: Optional[str] = None, name: Optional[str] = None,
+                 **iter_conf):
         self.engine_settings = EngineSettings(kind=engine, num_workers=num_workers, thread_type=thread_type,
                                               start_method=start_method, out_type=out_type, buffer=buffer)
         self.pin_memory = check_bool(pin_memory, "pin_memory")  # SpeeChain's option; out_type decides
         rank, world_size = resolve_rank(check_bool(distributed, "distributed"), rank, world_size)
+        # the options are checked before the dataset loads; the plan names the dataset's class once it is built
         plan = BatchPlan(type=qualified_name(type(self)), dataset="", dataset_conf=dataset_conf,
                          batches_per_epoch=batches_per_epoch, data_len=data_len, group_info=group_info,
                          is_descending=is_descending, shuffle=shuffle, ngpu=ngpu, rank=rank, world_size=world_size,
                          iter_conf=iter_conf, evaluation=evaluation, seed=seed, name=name or type(self).__name__)
-        # the options are checked before the dataset loads; dataset_type may be a factory: the plan names the class
-        self.dataset: Dataset = _dataset_class(dataset_type)(**(dataset_conf or {}))
+        if isinstance(dataset_type, str):
+            from speechiter.registry import resolve_class
+            dataset_type = resolve_class("dataset", dataset_type, "dataset_type", base=Dataset)
+        self.dataset: Dataset = dataset_type(**(dataset_conf or {}))
         self.plan = dataclasses.replace(plan, dataset=qualified_name(type(self.dataset)))
         self._shuffle = EpochShuffle(self.seed)
         self._make_view()
@@ -170,11 +154,6 @@ class Iterator:
         self._shuffle.forget()
         self._batch_lists: Optional[List[List[str]]] = None
         self._view_fingerprint: Optional[str] = None
-
-    def _public_form(self, view: BatchView) -> Sequence[List[str]]:
-        """A view as the public API gives it: the BatchView itself (reads like
-        a list of lists), or real lists for a subclass whose hook returns lists."""
-        return view if is_vectorised(self) else view.tolist()
 
     @property
     def batches(self) -> Sequence[List[str]]:
@@ -256,8 +235,10 @@ class Iterator:
         return view.take(self._shuffle.order(epoch, len(view), cumulative))
 
     def epoch_batches(self, epoch: int) -> Sequence[List[str]]:
-        """The epoch's full plan: the clipped, shuffled batching view."""
-        return self._public_form(self._epoch_plan(epoch))
+        """The epoch's full plan: the clipped, shuffled batching view (as
+        :attr:`batches`: lists for a subclass whose hook returns lists)."""
+        plan = self._epoch_plan(epoch)
+        return plan if is_vectorised(self) else plan.tolist()
 
     def epoch_tasks(self, epoch: int, start_step: int = 0) -> EpochTasks:
         """The engine's tasks for one epoch from ``start_step`` on.
@@ -265,9 +246,7 @@ class Iterator:
         Each task keeps its position in the full plan and its own seed, so a
         resumed epoch builds the same batches as an uninterrupted one.
         """
-        epoch = check_int(epoch, "epoch")  # epochs count from 1, as SpeeChain's; at most MAX_SEED
-        if epoch > MAX_SEED:
-            raise ConfigError("epoch", f"expected at most {MAX_SEED}, got {epoch}")
+        epoch = check_epoch(epoch)
         start_step = check_int(start_step, "start_step", minimum=0)
         plan = self._epoch_plan(epoch)
         if start_step > len(plan):

@@ -2,8 +2,10 @@
 from collections.abc import Sequence
 from typing import Optional
 
+from speechiter.checks import check_int
 from speechiter.errors import ConfigError
 from speechiter.iterator.view import BatchView
+from speechiter.plan import MAX_SEED
 from speechiter.seeding import batch_seed
 
 
@@ -40,6 +42,14 @@ class EpochTasks(Sequence):
 
     def __repr__(self):
         return f"EpochTasks(epoch {self.epoch}, steps {self.start + 1}..{self.stop})"
+
+
+def check_epoch(epoch) -> int:
+    """An epoch number: from 1, as SpeeChain's, to MAX_SEED (seed + epoch seeds the 32-bit shuffle)."""
+    epoch = check_int(epoch, "epoch")
+    if epoch > MAX_SEED:
+        raise ConfigError("epoch", f"expected at most {MAX_SEED}, got {epoch}")
+    return epoch
 
 
 #: the fewest utterance slots an epoch's plan may always hold (see check_plan_size)
