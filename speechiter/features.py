@@ -28,20 +28,20 @@ from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
-import yaml
 
 from speechiter.audio import PCM16_SCALE
 from speechiter.checks import check_bool, check_int, check_number
-from speechiter.config import SpeechLoader
+from speechiter.config import read_yaml_file
 from speechiter.errors import ConfigError
+from speechiter.paths import PRESETS_DIR, find_preset, is_preset
 from speechiter.registry import check_keywords
 
 __all__ = ["LogMel", "load_feat_conf", "is_preset", "WINDOWS", "NORMALIZE", "CONFIG_DIR"]
 
 WINDOWS = ("povey", "hanning", "hamming", "rectangular", "blackman")
 NORMALIZE = ("utterance",)
-#: the shipped presets (package data, so they survive ``pip install .``); the repo's config/feat links here
-CONFIG_DIR = Path(__file__).resolve().parent / "presets"
+#: the shipped presets (see speechiter.paths.find_preset)
+CONFIG_DIR = PRESETS_DIR
 _EPS = float(np.finfo(np.float32).eps)  # Kaldi's log floor
 _NORM_EPS = 1e-5
 
@@ -208,17 +208,6 @@ class LogMel:
             return feat.numpy().astype(np.float32, copy=False)
 
 
-def _preset_candidates(given: Path):
-    if given.is_absolute():
-        return []
-    return [CONFIG_DIR / given] + ([CONFIG_DIR.joinpath(*given.parts[1:])] if given.parts[:1] == ("config",) else [])
-
-
-def is_preset(value: str) -> bool:
-    """Whether ``value`` names a shipped preset (``config/feat/...`` or ``feat/...``)."""
-    return any(p.is_file() for p in _preset_candidates(Path(value)))
-
-
 def load_feat_conf(value: Union[dict, str, os.PathLike, None]) -> Optional[dict]:
     """A ``feat_conf`` value as a mapping: a mapping is returned as is; a
     string is a YAML file, looked up as given (the current folder), then
@@ -229,14 +218,14 @@ def load_feat_conf(value: Union[dict, str, os.PathLike, None]) -> Optional[dict]
     if not isinstance(value, (str, os.PathLike)):
         raise ConfigError("feat_conf", f"expected a mapping or a YAML file path, got {value!r}")
     given = Path(value)
-    path = next((p for p in [given, *_preset_candidates(given)] if p.is_file()), None)
+    path = given if given.is_file() else find_preset(given)
     if path is None:
         raise ConfigError("feat_conf", f"no such YAML file: {value} (looked in the current folder and "
                                        f"the shipped presets, {CONFIG_DIR})")
     try:
-        conf = yaml.load(path.read_text(encoding="utf-8"), Loader=SpeechLoader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError("feat_conf", f"cannot read {path}: {' '.join(str(e).split())}") from None
+        conf = read_yaml_file(path)
+    except ConfigError as e:
+        raise ConfigError("feat_conf", f"cannot read {e}") from None
     if not isinstance(conf, dict):
         raise ConfigError("feat_conf", f"{path}: expected a mapping of feature settings, got {conf!r}")
     return conf

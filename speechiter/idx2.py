@@ -2,6 +2,7 @@
 
 Each non-blank line of an idx2 file (``idx2wav``, ``idx2wav_len``, ``idx2text``, ...) is ``<id> <value>``,
 the value being the rest of the line after the first run of whitespace, stripped (a transcript has spaces).
+Files are UTF-8; a byte-order mark at the start is dropped, and lines may end in CRLF.
 :func:`read_idx2` is the line-by-line reference parser, whose errors name the file and line;
 :func:`read_idx2_table` parses the same file with numpy (:mod:`speechiter.idx2_numpy`), handing any file it
 cannot parse exactly to :func:`read_idx2`; :func:`read_idx2_files` reads the files given for one option as
@@ -46,7 +47,7 @@ def read_idx2(path: PathLike, value_type=str):
     path = os.fspath(path)
     _check_not_special(path)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # utf-8-sig: a BOM at the start is not part of the first id
             text = f.read()
     except FileNotFoundError:
         raise DataError(f"{path}: no such idx2 file") from None
@@ -201,7 +202,7 @@ def check_lengths(path: PathLike, ids: np.ndarray, values: np.ndarray) -> None:
     row, path = int(np.argmax(bad)), os.fspath(path)
     uid = ids[row].decode("utf-8") if isinstance(ids[row], bytes) else str(ids[row])
     try:  # the error path only: find the line
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with open(path, encoding="utf-8-sig", errors="replace") as f:
             where = next((f"{path}:{n}" for n, line_id, _ in _numbered_entries(f.read()) if line_id == uid), path)
     except OSError:  # lengths that come from no file (a dataset's data_len_register_fn)
         where = path

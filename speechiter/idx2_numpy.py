@@ -2,8 +2,8 @@
 
 :func:`parse_idx2` parses a file without a Python string per line (see
 NOTE [ Compact storage ] in ids.py). Lines it cannot prove to be plain
-(leading whitespace, a line without value, a duplicate id, non-ASCII bytes
-next to the separator or at the line's end, undecodable bytes) raise
+(a byte-order mark, leading whitespace, a line without value, a duplicate id,
+non-ASCII bytes next to the separator or at the line's end, undecodable bytes) raise
 :class:`Fallback`: :func:`speechiter.idx2.read_idx2_table` then sends the
 whole file to :func:`speechiter.idx2.read_idx2`, which raises its usual
 ``file:line`` errors or parses it exactly.
@@ -35,6 +35,8 @@ def parse_idx2(path: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
         raw = bytearray(size + PAD)  # zeroed lazily by the OS: no copy, no fill
         if f.readinto(memoryview(raw)[:size]) != size:
             raise Fallback
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise Fallback  # a byte-order mark: read_idx2 drops it
     if b"\r" in raw and raw.count(b"\r") != raw.count(b"\r\n"):
         raise Fallback  # a lone CR ends a line for read_idx2 (universal newlines), not here
     buffer = np.frombuffer(raw, dtype=np.uint8)

@@ -1,11 +1,11 @@
 """Resolving ``type: file.Class`` strings to classes, and checking option names.
 
-Resolution order for ``resolve_class("iterator", "block.BlockIterator", ...)``:
-  1. built-in short form: ``speechiter.iterator.block.BlockIterator``; the
-     SpeeChain sub-package form ``speech.speech_text.SpeechTextDataset`` tries
-     ``speechiter.dataset.speech.speech_text`` then ``speechiter.dataset.speech_text``;
-  2. full dotted path of user code (``my_lab.iterators.LongestFirst``), imported
-     from sys.path and then from ``extra_dirs`` (the YAML file's folder).
+Resolution of ``resolve_class("iterator", name, ...)``:
+  1. a built-in type: a name of BUILTIN_TYPES, or one of SpeeChain's names
+     for it in ALIASES (``speech_text.RandomSpkFeatDataset``);
+  2. user code by its dotted path (``my_lab.iterators.LongestFirst``),
+     imported from sys.path and then from ``extra_dirs`` (the YAML file's folder).
+An unknown name is answered with a did-you-mean and the list of built-in types.
 
 NOTE [ extra_dirs and sys.path ]
 A folder from ``extra_dirs`` is appended to sys.path for good (not removed
@@ -18,16 +18,48 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import pkgutil
 import sys
 import traceback
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from speechiter.checks import did_you_mean
 from speechiter.errors import ConfigError
 
-DEFAULT_PACKAGES = {"iterator": "speechiter.iterator", "dataset": "speechiter.dataset"}
+__all__ = ["BUILTIN_TYPES", "ALIASES", "builtin_types", "resolve_class", "add_search_dirs", "signature_names",
+           "check_keywords"]
+
+#: The built-in types, by kind: the name a YAML ``type`` / ``dataset_type`` gives -> the class's full path.
+#: Only these names are built-in; the helper modules beside them are not types.
+BUILTIN_TYPES = {
+    "iterator": {
+        "abs.Iterator": "speechiter.iterator.abs.Iterator",
+        "block.BlockIterator": "speechiter.iterator.block.BlockIterator",
+        "bucket.BucketIterator": "speechiter.iterator.bucket.BucketIterator",
+        "piece.PieceIterator": "speechiter.iterator.piece.PieceIterator",
+    },
+    "dataset": {
+        "abs.Dataset": "speechiter.dataset.abs.Dataset",
+        "random_spk.RandomSpkFeatDataset": "speechiter.dataset.random_spk.RandomSpkFeatDataset",
+        "speech_text.SpeechTextDataset": "speechiter.dataset.speech_text.SpeechTextDataset",
+    },
+}
+#: SpeeChain's names for built-in types (its module layout, and its older ``speech.`` sub-package) -> the name
+ALIASES = {
+    "iterator": {},
+    "dataset": {
+        "speech_text.RandomSpkFeatDataset": "random_spk.RandomSpkFeatDataset",
+        "speech.speech_text.SpeechTextDataset": "speech_text.SpeechTextDataset",
+        "speech.speech_text.RandomSpkFeatDataset": "random_spk.RandomSpkFeatDataset",
+    },
+}
+_EXAMPLES = {"iterator": "block.BlockIterator", "dataset": "speech_text.SpeechTextDataset"}
+_A = {"iterator": "an iterator", "dataset": "a dataset"}
+
+
+def builtin_types(kind: str, types: Mapping | None = None) -> list:
+    """The built-in type names of ``kind`` ("iterator" or "dataset"), sorted (aliases left out)."""
+    return sorted((BUILTIN_TYPES if types is None else types)[kind])
 
 
 class _NotFound(Exception):
@@ -71,16 +103,6 @@ def _describe(error: BaseException) -> str:
     return " ".join(f"{type(error).__name__}: {error}".split())
 
 
-def builtin_modules(package: str) -> list:
-    """Names of the public modules of a built-in package, e.g. ['abs', 'block', 'piece']."""
-    try:
-        pkg = importlib.import_module(package)
-    except ImportError:
-        return []
-    return sorted(info.name for info in pkgutil.iter_modules(getattr(pkg, "__path__", []))
-                  if not info.name.startswith("_"))
-
-
 def add_search_dirs(extra_dirs: Iterable) -> None:
     """Append folders to sys.path for good. See NOTE [ extra_dirs and sys.path ]."""
     added = False
@@ -108,66 +130,52 @@ def _qualified(cls) -> str:
 
 
 def resolve_class(kind: str, name: str, path: str, base: type, extra_dirs: Iterable = (),
-                  packages: dict | None = None) -> type:
+                  types: Mapping | None = None, aliases: Mapping | None = None) -> type:
     """The class named by ``name`` (a YAML ``type`` / ``dataset_type``), a subclass of ``base``.
 
-    ``kind`` is "iterator" or "dataset"; ``path`` is the YAML path used in
-    errors; ``packages`` maps kind to the built-in package (tests point it elsewhere).
+    ``kind`` is "iterator" or "dataset"; ``path`` is the YAML path used in errors;
+    ``types`` and ``aliases`` replace BUILTIN_TYPES and ALIASES (tests point them elsewhere).
     """
-    packages = DEFAULT_PACKAGES if packages is None else packages
-    if kind not in packages:
-        raise ValueError(f"kind should be one of {sorted(packages)}, got {kind!r}")
-    package = packages[kind]
-    example = "block.BlockIterator" if kind == "iterator" else "speech_text.SpeechTextDataset"
+    types = BUILTIN_TYPES if types is None else types
+    aliases = ALIASES if aliases is None else aliases
+    if kind not in types:
+        raise ValueError(f"kind should be one of {sorted(types)}, got {kind!r}")
     if not isinstance(name, str) or "." not in name.strip(".") or any(not p for p in name.split(".")):
-        raise ConfigError(path, f"expected file.Class (e.g. {example}), got {name!r}")
+        raise ConfigError(path, f"expected file.Class (e.g. {_EXAMPLES.get(kind, 'file.Class')}), got {name!r}")
+    builtin = types[kind].get(aliases.get(kind, {}).get(name, name))
+    if builtin is not None:
+        module_name, class_name = builtin.rsplit(".", 1)
+        return _checked(getattr(_import(module_name, path), class_name), name, path, base)
+
     module_part, class_name = name.rsplit(".", 1)
-
-    # 1. built-in short forms
-    candidates = [f"{package}.{module_part}"]
-    if "." in module_part:
-        candidates.append(f"{package}.{module_part.rsplit('.', 1)[1]}")
-    builtin = None
-    for module_name in candidates:
-        try:
-            builtin = _import(module_name, path)
-            break
-        except _NotFound:
-            continue
-    if builtin is not None and hasattr(builtin, class_name):
-        return _checked(getattr(builtin, class_name), name, path, base)
-
-    # 2. user code by full dotted path: sys.path first, then extra_dirs
-    user = None
-    if builtin is None or "." in module_part:
+    try:  # user code by full dotted path: sys.path first, then extra_dirs
+        user = _import(module_part, path)
+    except _NotFound:
+        add_search_dirs(extra_dirs)
         try:
             user = _import(module_part, path)
         except _NotFound:
-            add_search_dirs(extra_dirs)
-            try:
-                user = _import(module_part, path)
-            except _NotFound:
-                pass
+            user = None
     if user is not None and hasattr(user, class_name):
         return _checked(getattr(user, class_name), name, path, base)
-
-    found = builtin if builtin is not None else user
-    if found is not None:  # the module exists, the class does not
-        classes = _classes_in(found)
-        own = [n for n, c in classes.items() if c.__module__ == found.__name__]
+    if user is not None:  # the module exists, the class does not
+        classes = _classes_in(user)
+        own = [n for n, c in classes.items() if c.__module__ == user.__name__]
         subclasses = [n for n in own if _is_subclass(classes[n], base)] or own
-        message = f"module {found.__name__} has no class {class_name!r}"
+        message = f"module {user.__name__} has no class {class_name!r}"
         if subclasses:
             message += f"{_hint_then(class_name, classes)} classes: {', '.join(sorted(subclasses))}"
         raise ConfigError(path, message)
 
-    builtins = builtin_modules(package)
+    other = [k for k in types if k != kind and aliases.get(k, {}).get(name, name) in types[k]]
+    if other:
+        raise ConfigError(path, f"{name} is {_A[other[0]]} type, expected {_A.get(kind, kind)} type here "
+                                f"(e.g. {_EXAMPLES.get(kind, 'file.Class')})")
+    known = builtin_types(kind, types)
     searched = ", ".join(str(Path(d).absolute()) for d in extra_dirs)
-    message = f"unknown {kind} module {module_part!r}"
-    message += _hint_then(module_part.rsplit(".", 1)[-1], builtins)
-    message += f" built-ins: {', '.join(builtins) or 'none'}"
-    message += f"; not importable from sys.path{' or ' + searched if searched else ''} either"
-    raise ConfigError(path, message)
+    raise ConfigError(path, f"unknown {kind} type {name!r}{_hint_then(name, [*known, *aliases.get(kind, {})])}"
+                            f" built-ins: {', '.join(known) or 'none'}; and no module {module_part!r} importable "
+                            f"from sys.path{' or ' + searched if searched else ''}")
 
 
 def _is_subclass(obj, base: type) -> bool:

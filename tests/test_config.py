@@ -633,3 +633,55 @@ def test_numeric_options_refuse_what_they_cannot_use(tmp_path, corpus, option, v
         build_train(tmp_path, corpus, [f"train.conf.{option}={value}"])
     assert str(error.value).startswith(f"data_cfg.train.conf.{expected}")
     assert len(str(error.value)) < 400
+
+
+# ------------------------------------------------- overrides on aliases, BOMs, world_size
+
+def test_an_override_on_an_alias_changes_only_its_path(tmp_path):
+    """``valid`` is an alias of ``train``'s conf: a --set on train's leaves valid's value alone, and back."""
+    text = """\
+        train:
+          type: block.BlockIterator
+          conf: &conf {batch_len: 10, dataset_conf: {main_data: &md {feat: a}}}
+        valid: {type: block.BlockIterator, conf: *conf}
+        test: {s: {type: block.BlockIterator, conf: {batch_len: 1, dataset_conf: {main_data: *md}}}}
+        """
+    cfg = load(tmp_path, text, ["train.conf.batch_len=20", "valid.conf.dataset_conf.main_data.feat=b"])
+    assert cfg["train"]["conf"]["batch_len"] == 20 and cfg["valid"]["conf"]["batch_len"] == 10
+    assert cfg["train"]["conf"]["dataset_conf"]["main_data"]["feat"] == "a"
+    assert cfg["valid"]["conf"]["dataset_conf"]["main_data"]["feat"] == "b"
+    assert cfg["test"]["s"]["conf"]["dataset_conf"]["main_data"] == {"feat": "a"}
+
+
+def test_an_override_on_a_merged_node_changes_only_its_path(tmp_path):
+    cfg = load(tmp_path, """\
+        base: &base {conf: {batch_len: 10}}
+        train: {<<: *base, type: block.BlockIterator}
+        valid: {<<: *base, type: block.BlockIterator}
+        """, ["train.conf.batch_len=20"])
+    assert cfg["train"]["conf"]["batch_len"] == 20 and cfg["valid"]["conf"]["batch_len"] == 10
+    assert cfg.variables["base"] == {"conf": {"batch_len": 10}}
+
+
+def test_a_bom_at_the_start_of_a_recipe_is_dropped(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + TRAIN_VALID.encode("utf-8"))
+    assert load_config(path)["train"]["type"] == "block.BlockIterator"
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", '"2"'])
+def test_world_size_must_be_a_positive_integer(tmp_path, corpus, value):
+    with pytest.raises(ConfigError) as error:
+        build_train(tmp_path, corpus, [f"train.conf.world_size={value}"])
+    assert str(error.value).startswith("data_cfg.train.conf.world_size: expected a positive integer, got ")
+
+
+def test_world_size_zero_given_to_build_iterators_is_an_error(tmp_path, corpus):
+    cfg = load_config(write(tmp_path, f"""\
+        train: {{type: abs.Iterator, conf: {{dataset_type: speech_text.SpeechTextDataset,
+                 dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}}}}}
+        valid: {{type: abs.Iterator, conf: {{dataset_type: speech_text.SpeechTextDataset,
+                 dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}}}}}
+        """))
+    with pytest.raises(ConfigError, match=r"world_size: expected a positive integer, got 0"):
+        build_iterators(cfg, num_workers=0, groups=("train",), rank=0, world_size=0)

@@ -1,10 +1,11 @@
-"""R11 ($SPEECHAIN_ROOT paths) and R12 (exp_cfg data_cfg path, exp-level run settings) on a real corpus."""
+"""$SPEECHAIN_ROOT paths and an exp_cfg's data_cfg path and run settings, on a real corpus."""
 import warnings
 
 import pytest
 
 import speechiter
-from speechiter.build import build_iterators, close_all, speechain_root_path
+from speechiter.build import build_iterators, close_all
+from speechiter.paths import speechain_root_path
 from speechiter.errors import ConfigError
 from speechiter.run import main
 from tests.parity.corpus import make_speech_corpus

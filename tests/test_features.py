@@ -158,3 +158,14 @@ def test_bad_feat_conf_files(tmp_path, monkeypatch, text, match):
         load_feat_conf("nothere.yaml")
     with pytest.raises(ConfigError, match=r"^feat_conf: expected a mapping or a YAML file path, got 3"):
         load_feat_conf(3)
+
+
+def test_feat_conf_files_are_read_with_the_config_checks(tmp_path, monkeypatch):
+    """A duplicate key is an error naming both lines, as in a recipe; a BOM at the start is dropped."""
+    monkeypatch.chdir(tmp_path)
+    Path("dup.yaml").write_text("n_mels: 40\ndither: 0.0\nn_mels: 80\n")
+    with pytest.raises(ConfigError, match=r"^feat_conf: cannot read .*dup\.yaml:3:1: duplicate key 'n_mels', "
+                                          r"first on line 1"):
+        load_feat_conf("dup.yaml")
+    Path("bom.yaml").write_bytes(b"\xef\xbb\xbfn_mels: 40\n")
+    assert load_feat_conf("bom.yaml") == {"n_mels": 40}

@@ -138,3 +138,41 @@ def test_read_idx2_files_errors_of_one_file_and_of_the_call(tmp_path):
         read_idx2_files([tmp_path / "a"], "data_len", on_duplicate="first")
     with pytest.raises(ValueError, match="at least one file"):
         read_idx2_files([], "data_len")
+
+
+# --------------------------------------------------------------------- byte-order marks
+
+
+BOM = "\ufeff"
+
+
+def test_a_bom_at_the_start_is_not_part_of_the_first_id(tmp_path):
+    from speechiter.idx2 import read_idx2_table
+    p = write(tmp_path / "idx2text", BOM + "a HELLO\nb WORLD\n")
+    assert read_idx2(p) == (["a", "b"], ["HELLO", "WORLD"])
+    assert read_idx2_table(p).ids.tolist() == [b"a", b"b"]
+    inside = write(tmp_path / "idx2inside", "a x\n" + BOM + "b y\n")  # only the file's start is a BOM
+    assert read_idx2(inside)[0] == ["a", BOM + "b"]
+
+
+def test_a_bom_at_the_start_of_a_length_file_keeps_the_first_utterance(tmp_path):
+    import warnings
+
+    from speechiter.dataset.speech_text import SpeechTextDataset
+    from speechiter.idx2 import read_idx2_numbers
+    from speechiter.iterator.piece import PieceIterator
+    lengths = write(tmp_path / "idx2text_len", BOM + "a 3\nb 2\nc 1\n")
+    ids, values = read_idx2_numbers(lengths)
+    assert ids.tolist() == [b"a", b"b", b"c"] and values.tolist() == [3, 2, 1]
+    text = write(tmp_path / "idx2text", BOM + "a xyz\nb xy\nc x\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "not in every file" warning
+        with PieceIterator(dataset_type=SpeechTextDataset, dataset_conf={"main_data": {"text": str(text)}},
+                           data_len=str(lengths), batch_size=2, shuffle=False, num_workers=0) as iterator:
+            assert sorted(uid for batch in iterator.batches for uid in batch) == ["a", "b", "c"]
+
+
+def test_a_bad_length_after_a_bom_names_its_line(tmp_path):
+    from speechiter.idx2 import read_idx2_numbers
+    with pytest.raises(DataError, match=r"idx2wav_len:1: length -3 of id 'a' is not positive"):
+        read_idx2_numbers(write(tmp_path / "idx2wav_len", BOM + "a -3\nb 2\n"))

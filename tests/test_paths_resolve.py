@@ -1,13 +1,18 @@
-"""Issue 13, item 5: relative data paths resolve against the YAML file's folder, never silently against the
-current one; the summary and the report name the data roots."""
+"""Relative data paths resolve against the YAML file's folder, never silently against the current one; the
+summary and the report name the data roots; a user's Dataset gets the same rules for the files it declares."""
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
+
+import speechiter
+from speechiter.build import close_all
+from speechiter.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,3 +81,60 @@ def test_the_shipped_demo_recipe_runs_from_any_folder(tmp_path, demo_root):
     done = run(REPO / "recipes" / "demo" / "asr.yaml", tmp_path, "--epochs", 1)
     assert done.returncode == 0, done.stderr
     assert f"train data: {demo_root / 'train'}" in done.stdout and "warn" not in done.stderr.lower()
+
+
+USER_DATASET = """\
+from speechiter.dataset.speech_text import SpeechTextDataset
+
+
+class NoisySpeech(SpeechTextDataset):
+    file_options = {"noise_list": "files"}
+
+    def dataset_init_fn(self, noise_list=None, **conf):
+        super().dataset_init_fn(**conf)
+        self.noise_list = noise_list
+"""
+
+
+def user_recipe(tmp_path, corpus, noise_list: str) -> Path:
+    module = f"lab_{uuid.uuid4().hex[:8]}"
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / f"{module}.py").write_text(USER_DATASET)
+    iterator = (f"{{type: abs.Iterator, conf: {{dataset_type: {module}.NoisySpeech, "
+                f"dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}, noise_list: {noise_list}}}}}}}")
+    cfg = tmp_path / "recipe" / "asr.yaml"
+    cfg.write_text(f"train: {iterator}\nvalid: {iterator}\n")
+    return cfg
+
+
+def build_train(cfg):
+    iterators = speechiter.build_iterators(speechiter.load_config(str(cfg)), num_workers=0, groups=("train",),
+                                           out_type="null")
+    close_all(iterators)
+    return iterators["train"]
+
+
+def test_a_users_dataset_gets_the_root_and_the_checks_for_its_declared_files(tmp_path, make_corpus, monkeypatch):
+    corpus = make_corpus(tmp_path / "corpus", num=4)
+    root = tmp_path / "sc_root"
+    (root / "noise").mkdir(parents=True)
+    (root / "noise" / "list").write_text("n1 /x.wav\n")
+    cfg = user_recipe(tmp_path, corpus, "noise/list")
+    monkeypatch.setenv("SPEECHAIN_ROOT", str(root))
+    assert build_train(cfg).dataset.noise_list == str(root / "noise" / "list")
+    (root / "noise" / "list").unlink()
+    with pytest.raises(ConfigError, match=r"^data_cfg.train.conf.dataset_conf.noise_list: file not found: .*noise/list "
+                                          r"\('noise/list' is relative to \$SPEECHAIN_ROOT="):
+        build_train(cfg)
+
+
+def test_a_users_declared_file_resolves_against_the_yaml_folder_and_must_exist(tmp_path, make_corpus, monkeypatch):
+    corpus = make_corpus(tmp_path / "corpus", num=4)
+    monkeypatch.delenv("SPEECHAIN_ROOT", raising=False)
+    cfg = user_recipe(tmp_path, corpus, "[noises.txt]")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^data_cfg.train.conf.dataset_conf.noise_list\[0\]: file not found: "
+                                          r"noises.txt$"):
+        build_train(cfg)
+    (cfg.parent / "noises.txt").write_text("")
+    assert build_train(cfg).dataset.noise_list == [str(cfg.parent / "noises.txt")]

@@ -1,7 +1,7 @@
-"""Tests for speechiter.registry: class resolution and option checking.
+"""Tests for speechiter.registry: the table of built-in types, class resolution and option checking.
 
-Built-in packages and user code are written into tmp_path under unique names,
-so nothing depends on which speechiter.iterator / dataset modules exist yet.
+A fake built-in package (with its own table) and user code are written into tmp_path under unique names;
+the real table is asserted by itself.
 """
 import importlib
 import sys
@@ -11,7 +11,10 @@ import uuid
 import pytest
 
 from speechiter.errors import ConfigError
-from speechiter.registry import builtin_modules, check_keywords, resolve_class, signature_names
+from speechiter.dataset.abs import Dataset
+from speechiter.iterator.abs import Iterator
+from speechiter.registry import (ALIASES, BUILTIN_TYPES, builtin_types, check_keywords, resolve_class,
+                                 signature_names)
 
 PATH = "data_cfg.train.sup.type"
 
@@ -61,6 +64,13 @@ def env(tmp_path, monkeypatch):
                 pass
             class NotAnIterator:
                 pass
+            def make_iterator():
+                pass
+        """,
+        f"{lab}/block.py": f"""
+            from {pkg}.iterator.abs import Iterator
+            class BlockIterator(Iterator):
+                pass
         """,
         f"{lab}/broken_inside.py": f"from {lab}.iterators import DoesNotExist\n",
         f"{lab}/missing_dep.py": "import another_missing_dependency_xyz\n",
@@ -68,20 +78,26 @@ def env(tmp_path, monkeypatch):
         f"{lab}/raises.py": "raise RuntimeError('boom\\nsecond line')\n",
     })
     monkeypatch.syspath_prepend(str(tmp_path / "site"))  # sys.path is restored afterwards
-    packages = {"iterator": f"{pkg}.iterator", "dataset": f"{pkg}.dataset"}
+    types = {"iterator": {"abs.Iterator": f"{pkg}.iterator.abs.Iterator",
+                          "block.BlockIterator": f"{pkg}.iterator.block.BlockIterator",
+                          "piece.PieceIterator": f"{pkg}.iterator.piece.PieceIterator",
+                          "broken.Broken": f"{pkg}.iterator.broken.Broken"},
+             "dataset": {"speech_text.SpeechTextDataset": f"{pkg}.dataset.speech_text.SpeechTextDataset",
+                         "tts_data.TTSDataset": f"{pkg}.dataset.tts.tts_data.TTSDataset"}}
+    aliases = {"dataset": {"speech.speech_text.SpeechTextDataset": "speech_text.SpeechTextDataset"}}
     iterator_base = importlib.import_module(f"{pkg}.iterator.abs").Iterator
     dataset_base = importlib.import_module(f"{pkg}.dataset.abs").Dataset
 
     class Env:
         pass
     e = Env()
-    e.pkg, e.lab, e.packages = pkg, lab, packages
+    e.pkg, e.lab = pkg, lab
     e.Iterator, e.Dataset = iterator_base, dataset_base
     e.recipe_dir = tmp_path / "recipe"
 
     def resolve(name, kind="iterator", extra_dirs=(), path=PATH):
         base = iterator_base if kind == "iterator" else dataset_base
-        return resolve_class(kind, name, path, base, extra_dirs, packages=packages)
+        return resolve_class(kind, name, path, base, extra_dirs, types=types, aliases=aliases)
     e.resolve = resolve
     return e
 
@@ -101,13 +117,24 @@ def test_builtin_short_form(env):
     assert env.resolve("abs.Iterator") is env.Iterator  # the base class itself is allowed
 
 
-def test_dataset_short_and_subpackage_forms(env):
+def test_dataset_names_and_aliases(env):
     cls = env.resolve("speech_text.SpeechTextDataset", kind="dataset")
     assert cls.__name__ == "SpeechTextDataset"
-    # SpeeChain's speech.speech_text.X falls back to speech_text.X
-    assert env.resolve("speech.speech_text.SpeechTextDataset", kind="dataset") is cls
-    # a sub-package that does exist is used as is
-    assert env.resolve("tts.tts_data.TTSDataset", kind="dataset").__name__ == "TTSDataset"
+    assert env.resolve("speech.speech_text.SpeechTextDataset", kind="dataset") is cls  # an alias
+    # a type may live in a module of another name (a sub-package here)
+    assert env.resolve("tts_data.TTSDataset", kind="dataset").__module__ == f"{env.pkg}.dataset.tts.tts_data"
+
+
+def test_helpers_beside_the_builtin_types_are_not_types(env):
+    """Only the table's names are built-in: a class of a built-in module that the table lacks is unknown."""
+    error = resolve_error(env, "block.Helper")
+    assert error.message.startswith("unknown iterator type 'block.Helper'; built-ins: abs.Iterator, "
+                                    "block.BlockIterator, broken.Broken, piece.PieceIterator;")
+
+
+def test_user_module_named_like_a_builtin_one(env):
+    cls = env.resolve(f"{env.lab}.block.BlockIterator", extra_dirs=[env.recipe_dir])
+    assert cls.__module__ == f"{env.lab}.block"
 
 
 def test_user_class_from_extra_dirs_stays_importable(env):
@@ -131,42 +158,45 @@ def test_not_a_subclass(env):
     assert error.path == PATH
     assert error.message == (f"{env.lab}.iterators.NotAnIterator resolves to {env.lab}.iterators."
                              f"NotAnIterator, which is not a subclass of {env.pkg}.iterator.abs.Iterator")
-    error = resolve_error(env, "block.Helper")
-    assert "resolves to" in error.message and "not a subclass" in error.message
+    error = resolve_error(env, "speech.speech_text.SpeechTextDataset")  # a dataset type where an iterator is due
+    assert error.message == ("speech.speech_text.SpeechTextDataset is a dataset type, expected an iterator type "
+                             "here (e.g. block.BlockIterator)")
 
 
 def test_not_a_class(env):
-    error = resolve_error(env, "block.block_fn")
-    assert error.message == f"block.block_fn resolves to {env.pkg}.iterator.block.block_fn, which is not a class"
+    error = resolve_error(env, f"{env.lab}.iterators.make_iterator", extra_dirs=[env.recipe_dir])
+    assert error.message == (f"{env.lab}.iterators.make_iterator resolves to {env.lab}.iterators.make_iterator, "
+                             f"which is not a class")
 
 
-def test_unknown_builtin_module_suggests(env):
+def test_unknown_type_suggests_a_builtin(env):
     error = resolve_error(env, "blok.BlockIterator")
     assert error.path == PATH
-    assert error.message.startswith("unknown iterator module 'blok'; did you mean 'block'? "
-                                    "built-ins: abs, block, broken, piece;")
-    assert "_private" not in error.message
+    assert error.message == ("unknown iterator type 'blok.BlockIterator'; did you mean 'block.BlockIterator'? "
+                             "built-ins: abs.Iterator, block.BlockIterator, broken.Broken, piece.PieceIterator; "
+                             "and no module 'blok' importable from sys.path")
+    error = resolve_error(env, "block.BlokIterator")
+    assert error.message.startswith("unknown iterator type 'block.BlokIterator'; did you mean 'block.BlockIterator'?")
+    error = resolve_error(env, "speech.speech_txt.SpeechTextDataset", kind="dataset")  # near an alias
+    assert "did you mean 'speech.speech_text.SpeechTextDataset'?" in error.message
 
 
-def test_unknown_module_without_close_match(env):
+def test_unknown_type_without_close_match(env):
     error = resolve_error(env, "zzz.Thing", extra_dirs=[env.recipe_dir])
-    assert error.message.startswith("unknown iterator module 'zzz'; built-ins: abs, block, broken, piece")
-    assert str(env.recipe_dir) in error.message
+    assert error.message.startswith("unknown iterator type 'zzz.Thing'; built-ins: abs.Iterator, block.BlockIterator")
+    assert error.message.endswith(f"and no module 'zzz' importable from sys.path or {env.recipe_dir}")
 
 
 def test_unknown_dotted_user_module(env):
     error = resolve_error(env, f"{env.lab}.nothere.Thing", extra_dirs=[env.recipe_dir])
-    assert f"unknown iterator module '{env.lab}.nothere'" in error.message
+    assert f"unknown iterator type '{env.lab}.nothere.Thing'" in error.message
+    assert f"no module '{env.lab}.nothere' importable" in error.message
 
 
-def test_unknown_class_suggests(env):
-    error = resolve_error(env, "block.BlokIterator")
-    assert error.message == (f"module {env.pkg}.iterator.block has no class 'BlokIterator'; "
-                             "did you mean 'BlockIterator'? classes: BlockIterator")
+def test_unknown_class_of_a_user_module_suggests(env):
     error = resolve_error(env, f"{env.lab}.iterators.Longest", extra_dirs=[env.recipe_dir])
-    assert "did you mean 'LongestFirst'?" in error.message
-    error = resolve_error(env, "speech.speech_text.Nope", kind="dataset")
-    assert error.message.startswith(f"module {env.pkg}.dataset.speech_text has no class 'Nope';")
+    assert error.message == (f"module {env.lab}.iterators has no class 'Longest'; did you mean 'LongestFirst'? "
+                             f"classes: LongestFirst")
 
 
 @pytest.mark.parametrize("module, expected", [
@@ -183,7 +213,7 @@ def test_failing_user_module_is_not_unknown(env, module, expected):
 
 
 def test_failing_builtin_module_is_not_unknown(env):
-    error = resolve_error(env, "broken.X")
+    error = resolve_error(env, "broken.Broken")
     assert error.message.startswith(f"importing {env.pkg}.iterator.broken failed: ModuleNotFoundError")
 
 
@@ -204,13 +234,41 @@ def test_unknown_kind(env):
         resolve_class("model", "a.B", PATH, object)
 
 
-def test_builtin_modules_of_missing_package():
-    assert builtin_modules("no_such_package_xyz.iterator") == []
+def test_the_builtin_types():
+    """The table of built-in types, asserted: a new type is added here on purpose, and every entry resolves."""
+    assert BUILTIN_TYPES == {
+        "iterator": {"abs.Iterator": "speechiter.iterator.abs.Iterator",
+                     "block.BlockIterator": "speechiter.iterator.block.BlockIterator",
+                     "bucket.BucketIterator": "speechiter.iterator.bucket.BucketIterator",
+                     "piece.PieceIterator": "speechiter.iterator.piece.PieceIterator"},
+        "dataset": {"abs.Dataset": "speechiter.dataset.abs.Dataset",
+                    "random_spk.RandomSpkFeatDataset": "speechiter.dataset.random_spk.RandomSpkFeatDataset",
+                    "speech_text.SpeechTextDataset": "speechiter.dataset.speech_text.SpeechTextDataset"}}
+    assert ALIASES == {"iterator": {}, "dataset": {
+        "speech_text.RandomSpkFeatDataset": "random_spk.RandomSpkFeatDataset",
+        "speech.speech_text.SpeechTextDataset": "speech_text.SpeechTextDataset",
+        "speech.speech_text.RandomSpkFeatDataset": "random_spk.RandomSpkFeatDataset"}}
+    for kind, base in (("iterator", Iterator), ("dataset", Dataset)):
+        for name, target in BUILTIN_TYPES[kind].items():
+            cls = resolve_class(kind, name, PATH, base)
+            assert f"{cls.__module__}.{cls.__qualname__}" == target
+        for alias, name in ALIASES[kind].items():
+            assert resolve_class(kind, alias, PATH, base) is resolve_class(kind, name, PATH, base)
+    assert builtin_types("dataset") == ["abs.Dataset", "random_spk.RandomSpkFeatDataset",
+                                        "speech_text.SpeechTextDataset"]
 
 
-def test_default_packages_are_the_speechiter_ones():
-    # with the real packages, an unknown module is reported against speechiter.iterator
-    with pytest.raises(ConfigError, match="unknown iterator module 'no_such_module_xyz'"):
+def test_helper_modules_of_the_package_are_not_types():
+    for name in ("shuffle.EpochShuffle", "view.BatchView", "tasks.EpochTasks"):
+        with pytest.raises(ConfigError, match=f"unknown iterator type '{name}'; built-ins: abs.Iterator, "
+                                              "block.BlockIterator, bucket.BucketIterator, piece.PieceIterator;"):
+            resolve_class("iterator", name, PATH, Iterator)
+    with pytest.raises(ConfigError, match="unknown dataset type 'reader.DatasetReader'"):
+        resolve_class("dataset", "reader.DatasetReader", PATH, Dataset)
+
+
+def test_default_table_is_the_speechiter_one():
+    with pytest.raises(ConfigError, match="unknown iterator type 'no_such_module_xyz.X'; built-ins: abs.Iterator"):
         resolve_class("iterator", "no_such_module_xyz.X", PATH, object)
 
 

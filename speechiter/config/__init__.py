@@ -5,6 +5,10 @@ All YAML handling of speechiter lives in this package:
   refs.py       ``!ref`` resolution
   overrides.py  ``--set dotted.key=value``
   groups.py     groups / test sets / iterators (IteratorSpec) and their labels
+  read_yaml_file (here) reads every YAML file speechiter reads: recipes and feat_conf files
+
+Relative paths follow the recipe's PathPolicy (speechiter/paths.py, NOTE [ Path policy ]),
+made here once per recipe and kept as ``DataConfig.paths``.
 
 A recipe is either an exp_cfg file (the groups live under ``data_cfg:``, next to
 train_cfg, infer_cfg, ...) or a bare data_cfg file (the groups train / valid /
@@ -22,9 +26,8 @@ anything inside the groups, or with the variable name for a variable.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Any, Iterable
 
 from speechiter.checks import check_int, did_you_mean
 from speechiter.config.groups import (ALLOWED_COMBINATIONS, GROUPS, IteratorSpec, check_groups, iter_specs,
@@ -33,10 +36,11 @@ from speechiter.config.overrides import apply_overrides, parse_override
 from speechiter.config.refs import Resolver
 from speechiter.config.tags import KNOWN_TAGS, Ref, SpeechLoader, one_line, parse_yaml
 from speechiter.errors import ConfigError
+from speechiter.paths import PathPolicy, speechain_root_path
 
 __all__ = ["ALLOWED_COMBINATIONS", "GROUPS", "KNOWN_TAGS", "DataConfig", "IteratorSpec", "Ref", "SpeechLoader",
            "check_groups", "config_dir", "iter_specs", "iterator_label", "load_config", "parse_override",
-           "speechain_root_path"]
+           "read_yaml_file", "speechain_root_path"]
 
 
 class DataConfig(dict):
@@ -44,6 +48,8 @@ class DataConfig(dict):
 
     ``source``: absolute Path of the YAML file (relative data paths in the
     recipe are meant relative to ``source.parent``; see ``config_dir``).
+    ``paths``: the recipe's :class:`speechiter.paths.PathPolicy` (None: made
+    from ``source`` and the environment when the iterators are built).
     ``variables``: the resolved top-level keys other than the groups. A
     variable whose ``!ref`` cannot be resolved (e.g. in train_cfg, which the
     data layer ignores) keeps that ``!ref`` text as a string.
@@ -54,9 +60,10 @@ class DataConfig(dict):
     """
 
     def __init__(self, groups=(), source: Path | None = None, variables: dict | None = None,
-                 settings: dict | None = None):
+                 settings: dict | None = None, paths: PathPolicy | None = None):
         super().__init__(groups)
         self.source = source
+        self.paths = paths
         self.variables = variables if variables is not None else {}
         self.settings = settings if settings is not None else {}
 
@@ -72,15 +79,21 @@ def config_dir(data_cfg: dict) -> Path | None:
     return Path(source).parent if source is not None else None
 
 
-def _read_raw(path: Path) -> dict:
+def read_yaml_file(path: Path) -> Any:
+    """Parse a YAML file with the checks of tags.py (duplicate keys, alias bombs, no object tags); a UTF-8
+    BOM at its start is dropped. Errors are ConfigErrors naming the file (and line)."""
     if not path.is_file():
         what = "is a folder, not a YAML file" if path.is_dir() else "no such file"
         raise ConfigError(str(path), what)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(str(path), f"cannot read: {one_line(error)}") from None
-    raw = parse_yaml(text, str(path))
+    return parse_yaml(text, str(path))
+
+
+def _read_raw(path: Path) -> dict:
+    raw = read_yaml_file(path)
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise ConfigError(str(path), f"expected a mapping at top level, got {got}")
@@ -97,7 +110,9 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
     that file is loaded with its own variables (the overrides of its groups go
     to it), and the exp_cfg's run settings are kept (see DataConfig).
     """
-    source = _recipe_path(path) if not _chain else Path(path).expanduser().absolute()
+    paths = PathPolicy.from_environment()
+    source = paths.recipe_file(path) if not _chain else Path(path).expanduser().absolute()
+    paths = paths.in_folder(source.parent)
     raw = _read_raw(source)
     groups_under_data_cfg = "data_cfg" in raw
     if not groups_under_data_cfg and not any(key in raw for key in GROUPS):
@@ -115,7 +130,7 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
     resolver = Resolver(raw, source.name)
     settings = _exp_settings(raw, resolver) if groups_under_data_cfg else {}
     if groups_under_data_cfg and isinstance(raw["data_cfg"], str):
-        target = _data_cfg_path(raw["data_cfg"], source)
+        target = paths.included_file(raw["data_cfg"])
         if target.absolute() in (source, *_chain):
             raise ConfigError("data_cfg", f"{raw['data_cfg']!r} loads {target}, which is already being loaded")
         data_cfg = load_config(target, forwarded, (*_chain, source))
@@ -136,31 +151,12 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
         check_groups(group_keys, strays=[str(k) for k in variable_keys])
         resolved = {key: resolver.value(raw[key], f"data_cfg.{key}") for key in group_keys}
 
-    data_cfg = DataConfig(resolved, source=source, settings=settings)
+    data_cfg = DataConfig(resolved, source=source, settings=settings, paths=paths)
     iter_specs(data_cfg)
     data_cfg.variables = {key: resolver.cache[key] if key in resolver.cache
                           else resolver.value(raw[key], str(key), tolerant=True)
                           for key in variable_keys}
     return data_cfg
-
-
-def speechain_root_path(value) -> Optional[str]:
-    """SpeeChain's rule (parse_path_args): with $SPEECHAIN_ROOT set, a relative path that does not start
-    with '.' is ``$SPEECHAIN_ROOT/value``. None otherwise (absolute, './x', '../x', unset, not a string)."""
-    root = os.environ.get("SPEECHAIN_ROOT")
-    if not root or not isinstance(value, str) or not value or os.path.isabs(value) or value.startswith("."):
-        return None
-    return os.path.join(root, value)
-
-
-def _recipe_path(path) -> Path:
-    """The recipe file a user names: SpeeChain's runner reads ``--config recipes/asr/...`` relative to
-    $SPEECHAIN_ROOT from any folder, so a relative path that does not start with '.' is looked for there
-    first, then in the current folder; ``./x`` and ``../x`` are the current folder's."""
-    rooted = speechain_root_path(str(path)) if isinstance(path, (str, Path)) else None
-    if rooted is not None and Path(rooted).is_file():
-        return Path(rooted).absolute()
-    return Path(path).expanduser().absolute()
 
 
 def _for_data_file(raw: dict, text: str) -> bool:
@@ -178,18 +174,6 @@ def _inside_groups(raw: dict, text: str) -> bool:
     parts = key.split(".")
     in_group = parts[0] in GROUPS and not isinstance(raw.get(parts[0]), dict) and (len(parts) > 1 or parts[0] not in raw)
     return (parts[0] == "data_cfg" and len(parts) > 1) or in_group
-
-
-def _data_cfg_path(value: str, exp_source: Path) -> Path:
-    """An exp_cfg's ``data_cfg: path``: $SPEECHAIN_ROOT-relative (SpeeChain), else relative to the exp_cfg's folder."""
-    rooted = speechain_root_path(value)
-    target = Path(rooted) if rooted is not None else exp_source.parent / Path(value).expanduser()
-    if not target.is_file():
-        rule = ("relative to $SPEECHAIN_ROOT" if rooted is not None else
-                "absolute" if Path(value).expanduser().is_absolute() else "relative to the exp_cfg's folder")
-        what = "is a folder, not a YAML file" if target.is_dir() else "no such file"
-        raise ConfigError("data_cfg", f"{value!r} ({rule}): {target} {what}")
-    return target
 
 
 def _exp_settings(raw: dict, resolver: Resolver) -> dict:

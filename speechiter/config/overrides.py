@@ -1,6 +1,15 @@
-"""``--set dotted.key=value`` overrides, applied to the raw tree before ``!ref`` resolution."""
+"""``--set dotted.key=value`` overrides, applied to the raw tree before ``!ref`` resolution.
+
+NOTE [ Overrides and aliases ]
+PyYAML builds an alias (``*anchor``) as the very object of its anchor, so
+``valid: *train_conf`` and ``train`` share one dict. An override copies each
+mapping and list on its path before it descends (shallow copies, so an alias
+bomb is never expanded): it changes the path it names and nothing that only
+shares a node with it.
+"""
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -100,5 +109,9 @@ def apply_override(raw: dict, text: str, groups_under_data_cfg: bool) -> None:
                               f"{type(node).__name__} value (override {text!r})")
         if last:
             node[key] = value
+        elif isinstance(node[key], (dict, list)):
+            # a copy, so that an alias (*anchor) of this node elsewhere keeps its value; see NOTE [ Overrides
+            # and aliases ]
+            node[key] = node = copy.copy(node[key])
         else:
             node = node[key]

@@ -1,6 +1,7 @@
 """RandomSpkFeatDataset: text (and speech) with a reference speaker drawn per
-utterance, for open-set multi-speaker TTS evaluation. Registered as
-``speech_text.RandomSpkFeatDataset`` (speech_text.py re-exports it).
+utterance, for open-set multi-speaker TTS evaluation. Its YAML name is
+SpeeChain's ``speech_text.RandomSpkFeatDataset`` (an alias in
+speechiter/registry.py's table of built-in types) or ``random_spk.RandomSpkFeatDataset``.
 
 Options (``dataset_conf``, besides SpeechTextDataset's):
     spk_feat: the ``idx2<model>_spk_feat`` file(s) of the reference speakers
@@ -41,7 +42,7 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.ids import IdIndex
 from speechiter.idx2 import read_idx2
-from speechiter.paths import check_data_file, resolve_data_path, split_chunk_key
+from speechiter.paths import FILES, check_data_file, resolve_data_path, split_chunk_key
 from speechiter.seeding import rng, stream_id
 from speechiter.text import SPACE, is_token_list, parse_token_list
 
@@ -98,6 +99,8 @@ def balanced_assignment(weights: np.ndarray, num_speakers: int, picks: int, seed
 
 class RandomSpkFeatDataset(SpeechTextDataset):
     """SpeechTextDataset plus a balanced reference speaker per utterance (see the module docstring)."""
+
+    file_options = {"spk_feat": FILES}
 
     def dataset_init_fn(self, spk_feat=None, use_aver_feat: bool = True, mixup_number: int = 1, **conf):
         super().dataset_init_fn(**conf)

@@ -36,11 +36,12 @@ from speechiter.dataset.token_text import (SPACE, is_token_list, parse_durations
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
 from speechiter.ids import LengthMap
-from speechiter.pitch import PitchExtractor, collate_pitch  # issue 12 R8 (pitch_conf)
+from speechiter.paths import YAML_FILE
+from speechiter.pitch import PitchExtractor, collate_pitch
 from speechiter.seeding import rng
 from speechiter.segments import is_kaldi_segments, read_wav_scp
 from speechiter.storage import redact
-from speechiter.text import TextTransforms  # issue 12 R9 (use_g2p, unk_mask_prob)
+from speechiter.text import TextTransforms
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")
 
@@ -72,6 +73,7 @@ class SpeechTextDataset(Dataset):
     """
 
     path_keys = ("feat", "spk_feat")
+    file_options = {"feat_conf": YAML_FILE}
 
     def dataset_init_fn(self, sample_rate: Optional[int] = DEFAULT_SAMPLE_RATE, use_speed_perturb: bool = False,
                         perturb_range: Sequence[float] = (0.9, 1.0, 1.1),
@@ -103,7 +105,7 @@ class SpeechTextDataset(Dataset):
         self.feat_extractor = self._feat_extractor(conf, sample_rate)
         # audio is read at this rate (resampled if stored at another one)
         self.read_rate = self.feat_extractor.sample_rate if self.feat_extractor else sample_rate
-        # --- issue 12 R8/R9: speechiter/pitch.py, speechiter/text.py
+        # pitch_conf: speechiter/pitch.py; use_g2p, unk_mask_prob: speechiter/text.py
         self.pitch = PitchExtractor.from_conf(pitch_conf, sample_rate, "feat" in self.main_data, feat_conf)
         self.text_transforms = TextTransforms.from_options(use_g2p, unk_mask_prob, "text" in self.main_data)
 
@@ -150,7 +152,7 @@ class SpeechTextDataset(Dataset):
         for key, value in main_data.items():
             if key == "feat":
                 item["feat"] = self._read_wave(uid, value)
-                if self.pitch is not None:  # issue 12 R8: f0 of the waveform read (and perturbed)
+                if self.pitch is not None:  # f0 of the waveform read (and perturbed)
                     item["pitch"] = self.pitch(item["feat"], uid)
             elif key == "spk_feat":
                 item["spk_feat"] = self._read(key, uid, read_stored, value)
@@ -165,7 +167,7 @@ class SpeechTextDataset(Dataset):
             item["duration"] = item["duration"].astype(np.float32)
         if "feat" in item and self.feat_extractor is not None:
             item["feat"] = self._log_mel(uid, item["feat"])
-        if self.text_transforms is not None:  # issue 12 R9: use_g2p, then unk_mask_prob
+        if self.text_transforms is not None:  # use_g2p, then unk_mask_prob
             self.text_transforms(uid, item)
         return item
 
@@ -251,7 +253,7 @@ class SpeechTextDataset(Dataset):
                     raise DataError(f"spk_feat: utterances of one batch have embeddings of different shapes "
                                     f"{sorted(shapes)}")
                 batch[key] = np.stack(values).astype(np.float32, copy=False)
-            elif key == "pitch":  # issue 12 R8
+            elif key == "pitch":
                 batch.update(collate_pitch(values))
             elif key == "duration":
                 for name, value in collate_values(key, values):
@@ -261,9 +263,3 @@ class SpeechTextDataset(Dataset):
                 batch.update(collate_values(key, values))
         return batch
 
-
-def __getattr__(name):  # issue 12 R10: lives in random_spk.py (a subclass; imported lazily, no import cycle)
-    if name == "RandomSpkFeatDataset":
-        from speechiter.dataset.random_spk import RandomSpkFeatDataset
-        return RandomSpkFeatDataset
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,6 +4,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from speechiter.checks import check_int
 from speechiter.errors import ConfigError
 from speechiter.iterator.view import BatchView, distribute, make_divisible, padding_rows
 
@@ -12,7 +13,7 @@ def resolve_rank(distributed: bool, rank: Optional[int], world_size: Optional[in
     """``(rank, world_size)``: the given ones if either is set, else
     torch.distributed's when ``distributed``, else ``(0, 1)``."""
     if rank is not None or world_size is not None:
-        rank, world_size = int(rank or 0), int(world_size or 1)
+        rank, world_size = int(rank or 0), 1 if world_size is None else check_int(world_size, "world_size")
     elif distributed:
         import torch.distributed as dist
         if not dist.is_available() or not dist.is_initialized():
