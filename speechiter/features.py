@@ -30,7 +30,7 @@ from typing import Optional, Union
 import numpy as np
 import yaml
 
-from speechiter.audio import PCM16_SCALE
+from speechiter.io.pcm import PCM16_SCALE
 from speechiter.checks import check_bool, check_int, check_number
 from speechiter.config import SpeechLoader
 from speechiter.errors import ConfigError

@@ -1,38 +1,26 @@
 """Path rules for idx2 data values.
 
 A data value is a file path, relative to the idx2 file's folder or absolute,
-or a URL (``s3://``, ``gs://``, ``http(s)://``; see :mod:`speechiter.storage`),
+or a URL (``s3://``, ``gs://``, ``http(s)://``; see :mod:`speechiter.io.storage`),
 optionally naming an entry of a chunk file: ``chunk_000.hdf5:<key>``,
 ``feats.npz:<key>``, and optionally ending in a time range ``#t=<start>,<end>``
-(see NOTE [ Segment values ] in speechiter/segments.py). Values of a main_data
+(see NOTE [ Segment values ] in speechiter/io/source.py). Values of a main_data
 file named ``segments`` are Kaldi segments (see NOTE [ Kaldi segments ]).
 """
 from __future__ import annotations
 
 import os
-import re
 import stat
-from typing import Optional, Tuple, Union
+from typing import Union
 
 from speechiter.errors import DataError
-from speechiter.segments import is_kaldi_segments, kaldi_segment_value
-from speechiter.storage import is_url
+from speechiter.io.kaldi_segments import is_kaldi_segments, kaldi_segment_value
+from speechiter.io.source import split_chunk_key
+from speechiter.io.storage import is_url
 
 __all__ = ["split_chunk_key", "resolve_data_path", "check_data_file", "check_regular_file"]
 
-_CHUNK_RE = re.compile(r"^(.*?\.(?:hdf5|h5|npz)):(.+)$", re.IGNORECASE)
-
 PathLike = Union[str, os.PathLike]
-
-
-def split_chunk_key(value: PathLike) -> Tuple[str, Optional[str]]:
-    """Split ``"file.hdf5:key"`` / ``"file.npz:key"`` into ``(file, key)``;
-    any other value gives ``(value, None)``."""
-    value = os.fspath(value)
-    match = _CHUNK_RE.match(value)
-    if match is None:
-        return value, None
-    return match.group(1), match.group(2)
 
 
 def resolve_data_path(value: PathLike, idx2_path: PathLike) -> str:

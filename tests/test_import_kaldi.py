@@ -1,4 +1,4 @@
-"""tools/import_kaldi.py: real Kaldi data directories over real audio files."""
+"""speechiter.importers.kaldi: real Kaldi data directories over real audio files."""
 import os
 import re
 import subprocess
@@ -8,14 +8,25 @@ import numpy as np
 import pytest
 import soundfile
 
-from .conftest import TOOLS_DIR
+from speechiter.importers import kaldi as kaldi_command
+
+from .conftest import REPO_ROOT
+
+PROG = "python -m speechiter.importers.kaldi"
 
 SR = 16000
 
 
 @pytest.fixture
-def kaldi(load_tool):
-    return load_tool("import_kaldi")
+def kaldi():
+    return kaldi_command
+
+
+def command(module, *argv, cwd=None):
+    """``python -m <module> argv...`` in a child process, run from any folder."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", module, *map(str, argv)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
 
 
 def tone(seconds, sample_rate=SR, channels=1, seed=0):
@@ -193,12 +204,11 @@ def test_unknown_ids_in_text_are_dropped_with_a_warning(kaldi, tmp_path, capsys)
 
 
 def test_cli_help_and_relative_root(tmp_path):
-    tool = TOOLS_DIR / "import_kaldi.py"
-    help_text = subprocess.run([sys.executable, tool, "--help"], capture_output=True, text=True, check=True).stdout
-    assert "--root" in help_text and "#t=" in help_text
+    help_text = command("speechiter.importers.kaldi", "--help", cwd=tmp_path).stdout
+    assert "--root" in help_text and "#t=" in help_text and help_text.startswith(f"usage: {PROG} ")
     write_audio(tmp_path / "audio" / "r.wav", 0.5)
     write_files(tmp_path / "d", **{"wav.scp": "r audio/r.wav\n"})
-    done = subprocess.run([sys.executable, tool, "d", "out"], cwd=tmp_path, capture_output=True, text=True)
+    done = command("speechiter.importers.kaldi", "d", "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert read_idx2(tmp_path / "out" / "idx2wav") == {"r": "../audio/r.wav"}
 
@@ -210,8 +220,7 @@ def test_pipe_is_refused_and_never_run(tmp_path):
     marker = tmp_path / "ran"
     write_audio(tmp_path / "r.wav", 0.5)
     data_dir = write_files(tmp_path / "d", **{"wav.scp": f"r r.wav\npiped touch {marker} |\n"})
-    done = subprocess.run([sys.executable, TOOLS_DIR / "import_kaldi.py", data_dir, tmp_path / "out",
-                           "--root", tmp_path], capture_output=True, text=True)
+    done = command("speechiter.importers.kaldi", data_dir, tmp_path / "out", "--root", tmp_path)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert f"{data_dir / 'wav.scp'}:2: recording 'piped' is a piped command, which is never run" in done.stderr
@@ -244,7 +253,7 @@ def test_bad_input_is_one_line_exit_2(kaldi, tmp_path, capsys, files, message):
     data_dir = write_files(tmp_path / "d", **files)
     assert run(kaldi, data_dir, tmp_path / "out", "--root", tmp_path) == 2
     err = capsys.readouterr().err
-    assert err.startswith("import_kaldi.py: error: ")
+    assert err.startswith(f"{PROG}: error: ")
     assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "out").exists()
 
@@ -254,4 +263,4 @@ def test_unreadable_audio_names_the_line(kaldi, tmp_path, capsys):
     data_dir = write_files(tmp_path / "d", **{"wav.scp": "r bad.wav\n"})
     assert run(kaldi, data_dir, tmp_path / "out", "--root", tmp_path) == 2
     err = capsys.readouterr().err
-    assert f"{data_dir / 'wav.scp'}:1: cannot read the audio header of {tmp_path / 'bad.wav'}" in err
+    assert f"{data_dir / 'wav.scp'}:1: {tmp_path / 'bad.wav'}: cannot read audio header" in err

@@ -1,14 +1,14 @@
-"""tools/import_lhotse.py: manifests built with lhotse's own API and written
+"""speechiter.importers.lhotse: manifests built with lhotse's own API and written
 with to_file; the imported corpus must read the samples lhotse reads."""
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import soundfile
 
-from .conftest import TOOLS_DIR
-from .test_import_kaldi import read_idx2, read_segment, tone, write_audio
+from speechiter.importers import lhotse as lhotse_command
+
+from .test_import_kaldi import command, read_idx2, read_segment, tone, write_audio
 
 lhotse = pytest.importorskip("lhotse")
 from lhotse import AudioSource, CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet  # noqa: E402
@@ -16,9 +16,12 @@ from lhotse import AudioSource, CutSet, Recording, RecordingSet, SupervisionSegm
 SR = 16000
 
 
+PROG = "python -m speechiter.importers.lhotse"
+
+
 @pytest.fixture
-def lhotse_tool(load_tool):
-    return load_tool("import_lhotse")
+def lhotse_tool():
+    return lhotse_command
 
 
 def run(tool, *argv):
@@ -177,10 +180,9 @@ def test_command_source_is_refused_and_never_run(tmp_path):
     rec = Recording(id="c", sources=[AudioSource("command", [0], f"touch {marker}")], sampling_rate=SR,
                     num_samples=SR, duration=1.0)
     path = save(RecordingSet.from_recordings([rec]), tmp_path / "r.jsonl.gz")
-    done = subprocess.run([sys.executable, TOOLS_DIR / "import_lhotse.py", path, tmp_path / "out"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    done = command("speechiter.importers.lhotse", path, tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith("import_lhotse.py: error: ")
+    assert done.stderr.startswith(f"{PROG}: error: ")
     assert "recording 'c': its audio source is a command, which is never run" in done.stderr
     assert not marker.exists() and not (tmp_path / "out").exists()
 
@@ -233,12 +235,11 @@ def test_bad_input_is_one_line_exit_2(lhotse_tool, tmp_path, monkeypatch, capsys
     paths, message = _bad_cases(tmp_path)[case]
     assert run(lhotse_tool, *paths, tmp_path / "out") == 2
     err = capsys.readouterr().err
-    assert err.startswith("import_lhotse.py: error: ") and err.count("\n") == 1, err
+    assert err.startswith(f"{PROG}: error: ") and err.count("\n") == 1, err
     assert message in err, err
     assert not (tmp_path / "out").exists()
 
 
 def test_help(tmp_path):
-    done = subprocess.run([sys.executable, TOOLS_DIR / "import_lhotse.py", "--help"], capture_output=True,
-                          text=True, check=True)
+    done = command("speechiter.importers.lhotse", "--help", cwd=tmp_path)
     assert "--channel" in done.stdout and "MANIFEST" in done.stdout

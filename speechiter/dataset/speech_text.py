@@ -37,8 +37,8 @@ from speechiter.features import LogMel, load_feat_conf
 from speechiter.pitch import PitchExtractor, collate_pitch  # issue 12 R8 (pitch_conf)
 from speechiter.plan import LengthMap
 from speechiter.seeding import rng
-from speechiter.segments import is_kaldi_segments, read_wav_scp
-from speechiter.storage import redact
+from speechiter.io.kaldi_segments import is_kaldi_segments, read_wav_scp
+from speechiter.io.storage import redact
 from speechiter.text import TextTransforms  # issue 12 R9 (use_g2p, unk_mask_prob)
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")

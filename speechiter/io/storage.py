@@ -20,7 +20,7 @@ share it (fsspec runs every request on its own event-loop thread). A forked
 child must not use its parent's: s3fs holds aiohttp sessions bound to the
 parent's event loop, which does not exist in the child. So the table belongs
 to one pid (like the HDF5 handles, see NOTE [ HDF5 handles and fork ] in
-speechiter/arrays.py), instances skip fsspec's own instance cache, and a child
+speechiter/io/arrays.py), instances skip fsspec's own instance cache, and a child
 makes its own on first use.
 
 # NOTE [ Storage failures ]
