@@ -243,3 +243,51 @@ def test_bad_input_is_one_line_exit_2(lhotse_tool, tmp_path, monkeypatch, capsys
 def test_help(tmp_path):
     done = command("speechiter.importers.lhotse", "--help", cwd=tmp_path)
     assert "--channel" in done.stdout and "MANIFEST" in done.stdout
+
+
+# ------------------------------------------------ values speechiter cannot read
+# An import writes files that load, or exits 2 naming the input (NOTE [ Whole imports ]).
+
+
+def _recording(tmp_path):
+    write_audio(tmp_path / "a.wav", 1.0)
+    rec = Recording.from_file("a.wav", recording_id="a")
+    return rec, save(RecordingSet.from_recordings([rec]), tmp_path / "r.jsonl.gz")
+
+
+@pytest.mark.parametrize("segment, message", [
+    (SupervisionSegment("u 1", "a", 0, 0.5), "item 1: utterance id 'u 1' is empty or contains whitespace"),
+    (SupervisionSegment("u\n1", "a", 0, 0.5), "item 1: utterance id 'u\\n1' is empty or contains whitespace"),
+    (SupervisionSegment("", "a", 0, 0.5), "item 1: utterance id '' is empty"),
+    (SupervisionSegment("u", "a", -0.25, 0.5), "item 1: 'u' starts at -0.25 s; it should be a finite number"),
+    (SupervisionSegment("u", "a", float("nan"), 0.5), "item 1: 'u' starts at nan s"),
+    (SupervisionSegment("u", "a", 0, float("inf")), "item 1: 'u' has duration inf s; it should be a positive"),
+])
+def test_unreadable_supervisions_exit_2(lhotse_tool, tmp_path, monkeypatch, capsys, segment, message):
+    monkeypatch.chdir(tmp_path)
+    _, recs = _recording(tmp_path)
+    sups = save(SupervisionSet.from_segments([SupervisionSegment("ok", "a", 0, 0.5), segment]),
+                tmp_path / "s.jsonl")
+    assert run(lhotse_tool, recs, sups, tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{PROG}: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert message.replace("item 1", "item 2") in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("start", float("nan"), "'c1' starts at nan s"),
+    ("duration", float("inf"), "'c1' has duration inf s"),
+    ("duration", float("nan"), "'c1' has duration nan s"),
+])
+def test_a_nan_or_infinite_cut_names_the_cut(tmp_path, monkeypatch, field, value, message):
+    monkeypatch.chdir(tmp_path)
+    rec, _ = _recording(tmp_path)
+    cut = CutSet.from_manifests(RecordingSet.from_recordings([rec]))[0]
+    cut = cut.with_id("c1")
+    setattr(cut, field, value)
+    path = save(CutSet.from_cuts([cut]), tmp_path / "cuts.jsonl")
+    done = command("speechiter.importers.lhotse", path, tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{path}: item 1: {message}" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()

@@ -6,6 +6,7 @@ import sys
 import warnings
 
 from speechiter.errors import DataError
+from speechiter.io.storage import redact
 
 __all__ = ["Parser", "run_main"]
 
@@ -35,9 +36,9 @@ def run_main(parser, convert, args) -> int:
         else:
             error = None
     for w in caught:
-        print(f"{parser.prog}: warning: {w.message}", file=sys.stderr)
-    if error is not None:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: warning: {redact(w.message)}", file=sys.stderr)
+    if error is not None:  # redacted: a presigned URL in wav.scp or a manifest keeps its signature to itself
+        print(f"{parser.prog}: error: {redact(error)}", file=sys.stderr)
         return 2
     print(f"wrote {', '.join(f'{name} ({n})' for name, n in written.items())} to {args.out_dir}")
     return 0

@@ -21,9 +21,10 @@ _SEGMENT = ("segment", "its recording")  # a segment in messages (see sample_ran
 def read_table(path: Path, fields=None):
     """``[(lineno, id, rest)]`` of a Kaldi table file: ``rest`` is the rest of
     the line (``fields=None``) or a list of exactly ``fields - 1`` fields.
-    Raises InputError for a malformed line or a duplicate id."""
+    Raises InputError for a malformed line or a duplicate id. A UTF-8 byte
+    order mark at the start is not part of the first id."""
     try:
-        lines = path.read_text(encoding="utf-8").split("\n")
+        lines = path.read_text(encoding="utf-8-sig").split("\n")
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
@@ -60,6 +61,8 @@ def _recordings(data_dir: Path, root: Path):
             raise InputError(f"{where}: recording {rec_id!r} has no path")
         check_wav_scp_entry(where, rec_id, value)  # the rule speechiter reads wav.scp by
         recordings[rec_id] = (resolve(value, root, where), where)
+    if not recordings:
+        raise InputError(f"{wav_scp}: lists no recordings (the file is empty)")
     return recordings
 
 
@@ -70,7 +73,8 @@ def _utterances(data_dir: Path, recordings, info: AudioInfo):
     if not segments.is_file():
         for rec_id, ((location, relative), where) in recordings.items():
             frames, rate = info(location, where)
-            utts[rec_id] = Utterance(rec_id, location, frames, seconds_text(frames / rate), relative=relative)
+            utts[rec_id] = Utterance(rec_id, location, frames, seconds_text(frames / rate), relative=relative,
+                                     where=where)
         return utts
     for lineno, utt_id, (rec_id, start_text, end_text) in read_table(segments, fields=4):
         where = f"{segments}:{lineno}"
@@ -91,7 +95,10 @@ def _utterances(data_dir: Path, recordings, info: AudioInfo):
             duration = seconds_text(length / rate)  # open or clipped: what exists
         else:
             duration = _decimal_text(Decimal(end_text) - Decimal(start_text))
-        utts[utt_id] = Utterance(utt_id, location, length, duration, start_text, end_text, relative=relative)
+        utts[utt_id] = Utterance(utt_id, location, length, duration, start_text, end_text, relative=relative,
+                                 where=where)
+    if not utts:
+        raise InputError(f"{segments}: lists no segments (the file is empty)")
     return utts
 
 
@@ -138,7 +145,9 @@ def _attach(data_dir: Path, utts):
     utt2dur = data_dir / "utt2dur"
     if utt2dur.is_file():
         for lineno, utt_id, (dur,) in known(utt2dur, read_table(utt2dur, fields=2)):
-            utts[utt_id].duration = parse_seconds(dur, f"{utt2dur}:{lineno}", "duration")[1]
+            seconds, utts[utt_id].duration = parse_seconds(dur, f"{utt2dur}:{lineno}", "duration")
+            if seconds == 0:
+                raise InputError(f"{utt2dur}:{lineno}: duration should be positive, but got {dur!r}")
     if dropped:
         warnings.warn("lines for utterances not in the data directory were dropped: "
                       + ", ".join(f"{n} in {name}" for name, n in dropped.items()), stacklevel=2)

@@ -4,6 +4,7 @@ The command, its options and the files it writes: speechiter/importers/lhotse.py
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from speechiter.importers.utterance import AudioInfo, InputError, Utterance, resolve, seconds_text
@@ -91,18 +92,22 @@ class _Converter:
         return location, relative, frames, rate
 
     def segment(self, utt_id, recording, channels, start, duration, where, whole_ok):
+        if not (math.isfinite(start) and start >= 0):  # lhotse takes NaN, inf and negative times
+            raise InputError(f"{where}: {utt_id!r} starts at {start} s; it should be a finite number of seconds, "
+                             f"not negative")
+        if not (math.isfinite(duration) and duration > 0):
+            raise InputError(f"{where}: {utt_id!r} has duration {duration} s; it should be a positive, finite "
+                             f"number of seconds")
         location, relative, frames, rate = self.source(recording, channels, where)
         if whole_ok and start == 0 and compute_num_samples(duration, rate) == frames:
-            return Utterance(utt_id, location, frames, seconds_text(duration), relative=relative)
-        if not duration > 0:
-            raise InputError(f"{where}: {utt_id!r} has duration {duration} s; it should be positive")
+            return Utterance(utt_id, location, frames, seconds_text(duration), relative=relative, where=where)
         start_text = seconds_text(start)
         end = round(start + duration, ndigits=8)  # lhotse's end (supervision.end, cut.end)
         end_text = seconds_text(end)
         length = sample_range(float(start_text), float(end_text), frames, rate, f"{where}: {utt_id!r}", _SEGMENT)[1]
         clipped = length != compute_num_samples(float(end_text) - float(start_text), rate)
         return Utterance(utt_id, location, length, seconds_text(length / rate if clipped else duration),
-                         start_text, end_text, relative=relative)
+                         start_text, end_text, relative=relative, where=where)
 
     def supervision(self, sup, recordings, where):
         if sup.recording_id not in recordings:

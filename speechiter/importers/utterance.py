@@ -36,6 +36,7 @@ class Utterance:
     text: Optional[str] = None
     speaker: Optional[str] = None
     relative: bool = False
+    where: str = ""  # the input it came from, for errors: "DIR/segments:3", "cuts.jsonl: item 3"
 
 
 def seconds_text(value: float) -> str:

@@ -14,17 +14,34 @@ The times are written as the source gives them (Kaldi's text as it stands in
 rounded further. Paths containing ``#`` are refused, so a ``#`` in an idx2wav
 value always starts the fragment. ``idx2wav_len`` counts samples by NOTE
 [ Segment samples ] in speechiter/io/samples.py, the rule the reader uses.
+
+# NOTE [ Whole imports ]
+
+An import either writes files that load or writes nothing: every id and value
+is checked (:func:`check_utterance`) before the first byte is written, and an
+error names the input line the utterance came from. The files are written
+into a new folder beside OUT_DIR; a new OUT_DIR is that folder renamed (it
+appears whole). Into an existing OUT_DIR (which may hold other files, even
+the audio) the new files are moved one by one, and the importer's files that
+the new import does not write (an earlier import's idx2text, say) are removed
+first, so no file of an earlier import stays beside the new idx2wav.
 """
 from __future__ import annotations
 
+import math
 import os
+import secrets
+import shutil
 import warnings
 from pathlib import Path
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Optional
 
 from speechiter.importers.utterance import InputError, Utterance
 
-__all__ = ["write_corpus"]
+__all__ = ["IMPORTER_FILES", "check_utterance", "write_corpus"]
+
+#: Every file an importer writes; an import replaces all of them (NOTE [ Whole imports ]).
+IMPORTER_FILES = ("idx2wav", "idx2wav_len", "idx2dur", "idx2text", "idx2spk", "spk_list")
 
 
 def output_value(utt: Utterance, out_dir: Path, absolute: bool) -> str:
@@ -50,17 +67,54 @@ def _one_line(rows):
     return [(i, v) for i, v in rows if v]
 
 
+def _seconds(text: Optional[str]) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def check_utterance(utt: Utterance) -> None:
+    """Raise InputError naming ``utt.where`` (its input line) unless every
+    file speechiter reads would take ``utt`` as it is: an id that is one
+    non-empty word, one-line paths, a positive length and duration, a finite
+    start that is not negative and an end after it."""
+    where = f"{utt.where}: " if utt.where else ""
+    if not utt.id or any(c.isspace() or c == "\0" for c in utt.id):
+        raise InputError(f"{where}utterance id {utt.id!r} is empty or contains whitespace or a NUL; "
+                         f"idx2 files need an id of one word")
+    if "\n" in utt.location or "\r" in utt.location:
+        raise InputError(f"{where}utterance {utt.id!r}: its audio path {utt.location!r} contains a line break")
+    if not isinstance(utt.length, int) or utt.length <= 0:
+        raise InputError(f"{where}utterance {utt.id!r} has {utt.length} samples; it should have at least one")
+    duration = _seconds(utt.duration)
+    if not (math.isfinite(duration) and duration > 0):
+        raise InputError(f"{where}utterance {utt.id!r} has duration {utt.duration} s; it should be a positive, "
+                         f"finite number of seconds")
+    if utt.start is not None:
+        start, end = _seconds(utt.start), _seconds(utt.end) if utt.end is not None else None
+        if not (math.isfinite(start) and start >= 0):
+            raise InputError(f"{where}utterance {utt.id!r} starts at {utt.start} s; a start should be a finite "
+                             f"number of seconds, not negative")
+        if end is not None and not (math.isfinite(end) and end > start):
+            raise InputError(f"{where}utterance {utt.id!r} ends at {utt.end} s, not after its start "
+                             f"({utt.start} s)")
+
+
 def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = False) -> Dict[str, int]:
-    """Write idx2wav, idx2wav_len, idx2dur, idx2text, idx2spk and spk_list
-    (sorted by id, as tools/make_corpus.py does) into ``out_dir``; files with
-    no entries are not written. Returns ``{file name: lines}``."""
+    """Check every utterance, then write idx2wav, idx2wav_len, idx2dur,
+    idx2text, idx2spk and spk_list (sorted by id, as tools/make_corpus.py
+    does) into ``out_dir`` as a whole (NOTE [ Whole imports ]); files with no
+    entries are not written. Returns ``{file name: lines}``."""
     out_dir = Path(out_dir)
     utts: List[Utterance] = sorted(utterances, key=lambda u: u.id)
     if not utts:
         raise InputError("no utterances to write")
+    for utt in utts:
+        check_utterance(utt)
     for a, b in zip(utts, utts[1:]):
         if a.id == b.id:
-            raise InputError(f"utterance id {a.id!r} occurs twice")
+            raise InputError(f"{b.where + ': ' if b.where else ''}utterance id {a.id!r} occurs twice")
     columns = {
         "idx2wav": [(u.id, wav_value(u, out_dir, absolute)) for u in utts],
         "idx2wav_len": [(u.id, str(u.length)) for u in utts],
@@ -71,19 +125,12 @@ def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = Fals
     for utt_id, value in columns["idx2spk"]:
         if " " in value:
             raise InputError(f"utterance {utt_id!r}: speaker {value!r} contains whitespace")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        written = {}
-        for name, rows in columns.items():
-            if rows:
-                _write_atomic(out_dir / name, "".join(f"{i} {v}\n" for i, v in rows))
-                written[name] = len(rows)
-        if columns["idx2spk"]:
-            speakers = sorted({v for _, v in columns["idx2spk"]})
-            _write_atomic(out_dir / "spk_list", "".join(f"{s}\n" for s in speakers))
-            written["spk_list"] = len(speakers)
-    except OSError as e:
-        raise InputError(f"{out_dir}: cannot write ({e.strerror or e})") from None
+    files = {name: "".join(f"{i} {v}\n" for i, v in rows) for name, rows in columns.items() if rows}
+    written = {name: len(rows) for name, rows in columns.items() if rows}
+    if columns["idx2spk"]:
+        speakers = sorted({v for _, v in columns["idx2spk"]})
+        files["spk_list"], written["spk_list"] = "".join(f"{s}\n" for s in speakers), len(speakers)
+    _replace_files(out_dir, files)
     missing = {name: len(utts) - len(columns[name]) for name in ("idx2text", "idx2spk") if columns[name]}
     for name, count in missing.items():
         if count:
@@ -91,12 +138,27 @@ def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = Fals
     return written
 
 
-def _write_atomic(path: Path, text: str):
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+def _replace_files(out_dir: Path, files: Dict[str, str]) -> None:
+    """Write ``files`` into ``out_dir``, replacing the importer's files there
+    as a whole (See NOTE [ Whole imports ])."""
+    parent = out_dir.absolute().parent
+    tmp = parent / f".{out_dir.name}.import-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(tmp)  # not mkdtemp: the folder may become OUT_DIR, with the usual permissions
+        try:
+            for name, text in files.items():
+                with open(tmp / name, "w", encoding="utf-8") as f:
+                    f.write(text)
+            if not os.path.lexists(out_dir):
+                os.rename(tmp, out_dir)
+                return
+            for name in IMPORTER_FILES:
+                if name not in files and os.path.lexists(out_dir / name):
+                    os.unlink(out_dir / name)
+            for name in files:
+                os.replace(tmp / name, out_dir / name)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        raise InputError(f"{out_dir}: cannot write ({e.strerror or e})") from None

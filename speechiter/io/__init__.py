@@ -18,6 +18,7 @@ same rule the readers use.
 ``headers``        decoded lengths checked against WAV / FLAC headers
 ``remote``         audio at URLs: ranged WAV reads, libsndfile over fsspec
 ``storage``        URLs through fsspec: filesystems, retries, redaction
+``url_file``       a URL as a file object; read errors kept, none lost in C
 ``arrays``         npy / npz / HDF5 entries and the HDF5 handle cache
 ``resample``       soxr resampling to an exact length
 ``kaldi_segments`` Kaldi ``segments`` + ``wav.scp`` as time-range values

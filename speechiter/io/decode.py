@@ -31,7 +31,7 @@ def decode_file(file: str, select: Optional[Select]) -> Tuple[np.ndarray, int]:
 
 def read_soundfile(file, select: Optional[Select], where: str) -> Tuple[np.ndarray, int]:
     """Decode with libsndfile; ``file`` is a path or a file object (a URL's,
-    see :func:`speechiter.io.storage.open_url`). ``where`` names it in errors."""
+    see :func:`speechiter.io.url_file.open_url`). ``where`` names it in errors."""
     try:
         with soundfile.SoundFile(file) as f:
             first, count = (0, -1) if select is None else select(f.frames, f.samplerate)
@@ -45,7 +45,7 @@ def read_soundfile(file, select: Optional[Select], where: str) -> Tuple[np.ndarr
             rate = f.samplerate
     except AUDIO_ERRORS as e:
         if getattr(file, "error", None) is not None:
-            raise file.error from None  # a read error kept by the file object: see storage._Guarded
+            raise file.error from None  # kept by a URL's file object: See NOTE [ Errors in C callbacks ] in url_file.py
         raise DataError(f"{where}: cannot read audio ({e})") from None
     if select is not None and x.shape[0] != count:
         raise DataError(f"{where}: corrupt or truncated audio: read {x.shape[0]} of {count} frames")

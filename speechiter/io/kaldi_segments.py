@@ -51,7 +51,7 @@ def read_wav_scp(path: str) -> Dict[str, str]:
 
 def _parse_wav_scp(path: str) -> Dict[str, str]:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # -sig: a byte order mark is not part of the first id
             lines = f.read().split("\n")
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read wav.scp ({e})") from None

@@ -3,7 +3,7 @@
 A WAV's header is read once per URL (one 64 KB request, cached per process);
 then a time range is one request for its bytes. Other formats (and WAV
 layouts numpy cannot take as they are) are read by libsndfile from a file
-object over fsspec (:func:`speechiter.io.storage.open_url`).
+object over fsspec (:func:`speechiter.io.url_file.open_url`).
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import soundfile
 
 from speechiter.errors import DataError
 from speechiter.io.decode import Select, read_soundfile
-from speechiter.io.storage import call, open_url, read_range, redact
+from speechiter.io.storage import call, read_range, redact
+from speechiter.io.url_file import open_url
 from speechiter.io.wav import WavHeader, decode_pcm, read_wav_header
 
 __all__ = ["read_url_audio", "url_audio_info", "clear_headers"]
@@ -55,7 +56,7 @@ def clear_headers() -> None:
 
 
 def _with_file(url: str, fn):
-    f = open_url(url)
+    f = open_url(url, quiet=True)  # See NOTE [ Errors in C callbacks ] in speechiter/io/url_file.py
     try:
         result = fn(f)
         f.check()
