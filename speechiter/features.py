@@ -29,7 +29,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from speechiter.audio import PCM16_SCALE
+from speechiter.io.pcm import PCM16_SCALE
 from speechiter.checks import check_bool, check_int, check_number
 from speechiter.config import read_yaml_file
 from speechiter.errors import ConfigError

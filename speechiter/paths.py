@@ -6,17 +6,15 @@ the feature presets; see NOTE [ Path policy ]. A Dataset or Iterator declares
 which of its options are files with ``file_options`` (see :func:`file_options`).
 
 A data value is a file path, relative to the idx2 file's folder or absolute,
-or a URL (``s3://``, ``gs://``, ``http(s)://``; see :mod:`speechiter.storage`),
+or a URL (``s3://``, ``gs://``, ``http(s)://``; see :mod:`speechiter.io.storage`),
 optionally naming an entry of a chunk file: ``chunk_000.hdf5:<key>``,
 ``feats.npz:<key>``, and optionally ending in a time range ``#t=<start>,<end>``
-(see NOTE [ Segment values ] in speechiter/segments.py). Values of a main_data
-file named ``segments`` are Kaldi segments (see NOTE [ Kaldi segments ] in
-speechiter/segments.py).
+(see NOTE [ Segment values ] in speechiter/io/source.py). Values of a main_data
+file named ``segments`` are Kaldi segments (see NOTE [ Kaldi segments ]).
 """
 from __future__ import annotations
 
 import os
-import re
 import stat
 import warnings
 from dataclasses import dataclass
@@ -24,14 +22,13 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from speechiter.errors import ConfigError, DataError
-from speechiter.segments import is_kaldi_segments, kaldi_segment_value
-from speechiter.storage import is_url
+from speechiter.io.kaldi_segments import is_kaldi_segments, kaldi_segment_value
+from speechiter.io.source import split_chunk_key
+from speechiter.io.storage import is_url
 
 __all__ = ["PathPolicy", "speechain_root_path", "file_options", "FILES", "NAMED_FILES", "SELECTION", "YAML_FILE",
            "ITERATOR_FILE_OPTIONS", "DATASET_FILE_OPTIONS", "PRESETS_DIR", "find_preset", "is_preset",
            "split_chunk_key", "resolve_data_path", "check_data_file", "check_regular_file"]
-
-_CHUNK_RE = re.compile(r"^(.*?\.(?:hdf5|h5|npz)):(.+)$", re.IGNORECASE)
 
 PathLike = Union[str, os.PathLike]
 
@@ -215,16 +212,6 @@ def find_preset(value: PathLike) -> Optional[Path]:
 def is_preset(value: PathLike) -> bool:
     """Whether ``value`` names a shipped preset."""
     return find_preset(value) is not None
-
-
-def split_chunk_key(value: PathLike) -> Tuple[str, Optional[str]]:
-    """Split ``"file.hdf5:key"`` / ``"file.npz:key"`` into ``(file, key)``;
-    any other value gives ``(value, None)``."""
-    value = os.fspath(value)
-    match = _CHUNK_RE.match(value)
-    if match is None:
-        return value, None
-    return match.group(1), match.group(2)
 
 
 def resolve_data_path(value: PathLike, idx2_path: PathLike) -> str:

@@ -1,4 +1,4 @@
-"""speechiter.arrays: npy / npz / HDF5 entries (read through read_feat too), the HDF5 handle cache, vectors."""
+"""speechiter.io.arrays: npy / npz / HDF5 entries (read through read_feat too), the HDF5 handle cache, vectors."""
 import multiprocessing
 
 import h5py
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import soundfile
 
-from speechiter import arrays
-from speechiter.arrays import read_vector
-from speechiter.audio import data_num_frames, read_feat
+from speechiter.io import arrays
+from speechiter.io.arrays import read_vector
+from speechiter.io.read import data_num_frames, read_feat
 from speechiter.errors import DataError
 from tests.processes import FORKS_ON_PURPOSE
 

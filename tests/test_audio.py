@@ -1,9 +1,11 @@
-"""speechiter.audio: decoding, resampling, header lengths."""
+"""speechiter.io: decoding, resampling, header lengths."""
 import numpy as np
 import pytest
 import soundfile
 
-from speechiter.audio import audio_info, audio_num_frames, data_num_frames, read_feat, resampled_length
+from speechiter.io.audio import audio_info, audio_num_frames
+from speechiter.io.read import data_num_frames, read_feat
+from speechiter.io.samples import resampled_length
 from speechiter.errors import DataError
 
 

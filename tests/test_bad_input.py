@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from speechiter import flac
-from speechiter.audio import audio_info, read_feat
+from speechiter.io import flac
+from speechiter.io.audio import audio_info
+from speechiter.io.read import read_feat
 from speechiter.build import build_iterators
 from speechiter.config import load_config
 from speechiter.dataset.abs import Dataset

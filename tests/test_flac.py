@@ -1,10 +1,10 @@
-"""speechiter.flac: dr_flac decoding gives libsndfile's bits, and bad files still raise."""
+"""speechiter.io.flac: dr_flac decoding gives libsndfile's bits, and bad files still raise."""
 import numpy as np
 import pytest
 import soundfile
 
-from speechiter import flac
-from speechiter.audio import read_feat
+from speechiter.io import flac
+from speechiter.io.read import read_feat
 from speechiter.errors import DataError
 
 

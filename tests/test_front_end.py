@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 import speechiter
-from speechiter.audio import resampled_length
+from speechiter.io.samples import resampled_length
 from speechiter.dataset.speech_text import SpeechTextDataset, perturbed_length
 from speechiter.errors import ConfigError, DataError
 from tests.test_features import speech_like

@@ -1,4 +1,4 @@
-"""tools/import_kaldi.py: real Kaldi data directories over real audio files."""
+"""speechiter.importers.kaldi: real Kaldi data directories over real audio files."""
 import os
 import re
 import subprocess
@@ -8,14 +8,25 @@ import numpy as np
 import pytest
 import soundfile
 
-from .conftest import TOOLS_DIR
+from speechiter.importers import kaldi as kaldi_command
+
+from .conftest import REPO_ROOT
+
+PROG = "python -m speechiter.importers.kaldi"
 
 SR = 16000
 
 
 @pytest.fixture
-def kaldi(load_tool):
-    return load_tool("import_kaldi")
+def kaldi():
+    return kaldi_command
+
+
+def command(module, *argv, cwd=None):
+    """``python -m <module> argv...`` in a child process, run from any folder."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", module, *map(str, argv)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
 
 
 def tone(seconds, sample_rate=SR, channels=1, seed=0):
@@ -193,12 +204,11 @@ def test_unknown_ids_in_text_are_dropped_with_a_warning(kaldi, tmp_path, capsys)
 
 
 def test_cli_help_and_relative_root(tmp_path):
-    tool = TOOLS_DIR / "import_kaldi.py"
-    help_text = subprocess.run([sys.executable, tool, "--help"], capture_output=True, text=True, check=True).stdout
-    assert "--root" in help_text and "#t=" in help_text
+    help_text = command("speechiter.importers.kaldi", "--help", cwd=tmp_path).stdout
+    assert "--root" in help_text and "#t=" in help_text and help_text.startswith(f"usage: {PROG} ")
     write_audio(tmp_path / "audio" / "r.wav", 0.5)
     write_files(tmp_path / "d", **{"wav.scp": "r audio/r.wav\n"})
-    done = subprocess.run([sys.executable, tool, "d", "out"], cwd=tmp_path, capture_output=True, text=True)
+    done = command("speechiter.importers.kaldi", "d", "out", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert read_idx2(tmp_path / "out" / "idx2wav") == {"r": "../audio/r.wav"}
 
@@ -210,8 +220,7 @@ def test_pipe_is_refused_and_never_run(tmp_path):
     marker = tmp_path / "ran"
     write_audio(tmp_path / "r.wav", 0.5)
     data_dir = write_files(tmp_path / "d", **{"wav.scp": f"r r.wav\npiped touch {marker} |\n"})
-    done = subprocess.run([sys.executable, TOOLS_DIR / "import_kaldi.py", data_dir, tmp_path / "out",
-                           "--root", tmp_path], capture_output=True, text=True)
+    done = command("speechiter.importers.kaldi", data_dir, tmp_path / "out", "--root", tmp_path)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert f"{data_dir / 'wav.scp'}:2: recording 'piped' is a piped command, which is never run" in done.stderr
@@ -244,7 +253,7 @@ def test_bad_input_is_one_line_exit_2(kaldi, tmp_path, capsys, files, message):
     data_dir = write_files(tmp_path / "d", **files)
     assert run(kaldi, data_dir, tmp_path / "out", "--root", tmp_path) == 2
     err = capsys.readouterr().err
-    assert err.startswith("import_kaldi.py: error: ")
+    assert err.startswith(f"{PROG}: error: ")
     assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "out").exists()
 
@@ -254,4 +263,72 @@ def test_unreadable_audio_names_the_line(kaldi, tmp_path, capsys):
     data_dir = write_files(tmp_path / "d", **{"wav.scp": "r bad.wav\n"})
     assert run(kaldi, data_dir, tmp_path / "out", "--root", tmp_path) == 2
     err = capsys.readouterr().err
-    assert f"{data_dir / 'wav.scp'}:1: cannot read the audio header of {tmp_path / 'bad.wav'}" in err
+    assert f"{data_dir / 'wav.scp'}:1: {tmp_path / 'bad.wav'}: cannot read audio header" in err
+
+
+# ------------------------------------------------ whole imports, clean input
+# See NOTE [ Whole imports ] in speechiter/importers/writer.py.
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_id(kaldi, tmp_path):
+    write_audio(tmp_path / "r0.wav", 0.5)
+    write_audio(tmp_path / "r1.wav", 0.5)
+    data_dir = write_files(tmp_path / "d", **{"wav.scp": "\ufeffr0 r0.wav\nr1 r1.wav\n",
+                                              "text": "\ufeffr0 HELLO\nr1 BYE\n", "utt2spk": "\ufeffr0 a\nr1 b\n"})
+    assert run(kaldi, data_dir, tmp_path / "out", "--root", tmp_path) == 0
+    assert list(read_idx2(tmp_path / "out" / "idx2wav")) == ["r0", "r1"]
+    assert read_idx2(tmp_path / "out" / "idx2text") == {"r0": "HELLO", "r1": "BYE"}
+    assert read_idx2(tmp_path / "out" / "idx2spk") == {"r0": "a", "r1": "b"}
+
+
+def test_a_byte_order_mark_in_wav_scp_beside_segments(tmp_path):
+    from speechiter.io.kaldi_segments import read_wav_scp
+
+    write_files(tmp_path, **{"wav.scp": "\ufeffr0 r0.wav\n"})
+    assert read_wav_scp(str(tmp_path / "wav.scp")) == {"r0": "r0.wav"}
+
+
+@pytest.mark.parametrize("name, files", [
+    ("wav.scp", {"wav.scp": ""}),
+    ("wav.scp", {"wav.scp": "\n  \n"}),
+    ("segments", {"wav.scp": "r r.wav\n", "segments": ""}),
+])
+def test_an_empty_file_is_named(kaldi, tmp_path, capsys, name, files):
+    write_audio(tmp_path / "r.wav", 0.5)
+    data_dir = write_files(tmp_path / "d", **files)
+    assert run(kaldi, data_dir, tmp_path / "out", "--root", tmp_path) == 2
+    err = capsys.readouterr().err
+    assert f"{data_dir / name}: lists no " in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_reimport_replaces_the_earlier_import_as_a_whole(kaldi, tmp_path):
+    write_audio(tmp_path / "r.wav", 0.5)
+    write_audio(tmp_path / "s.wav", 0.25)
+    first = write_files(tmp_path / "d1", **{"wav.scp": "r r.wav\n", "text": "r HI\n", "utt2spk": "r a\n"})
+    second = write_files(tmp_path / "d2", **{"wav.scp": "s s.wav\n"})
+    out = tmp_path / "out"
+    assert run(kaldi, first, out, "--root", tmp_path) == 0
+    (out / "notes.txt").write_text("mine\n")  # not the importer's: kept
+    assert run(kaldi, second, out, "--root", tmp_path) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["idx2dur", "idx2wav", "idx2wav_len", "notes.txt"]
+    assert read_idx2(out / "idx2wav") == {"s": "../s.wav"}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary folder left
+
+
+def test_a_new_out_dir_appears_whole_with_the_usual_permissions(kaldi, tmp_path):
+    write_audio(tmp_path / "r.wav", 0.5)
+    data_dir = write_files(tmp_path / "d", **{"wav.scp": "r r.wav\n"})
+    assert run(kaldi, data_dir, tmp_path / "new" / "out", "--root", tmp_path) == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "new" / "out").stat().st_mode & 0o777 == 0o777 & ~umask
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["out"]
+
+
+def test_a_zero_utt2dur_names_its_line(kaldi, tmp_path, capsys):
+    write_audio(tmp_path / "r.wav", 0.5)
+    data_dir = write_files(tmp_path / "d", **{"wav.scp": "r r.wav\n", "utt2dur": "r 0\n"})
+    assert run(kaldi, data_dir, tmp_path / "out", "--root", tmp_path) == 2
+    assert f"{data_dir / 'utt2dur'}:1: duration should be positive" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

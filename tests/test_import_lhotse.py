@@ -1,14 +1,14 @@
-"""tools/import_lhotse.py: manifests built with lhotse's own API and written
+"""speechiter.importers.lhotse: manifests built with lhotse's own API and written
 with to_file; the imported corpus must read the samples lhotse reads."""
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import soundfile
 
-from .conftest import TOOLS_DIR
-from .test_import_kaldi import read_idx2, read_segment, tone, write_audio
+from speechiter.importers import lhotse as lhotse_command
+
+from .test_import_kaldi import command, read_idx2, read_segment, tone, write_audio
 
 lhotse = pytest.importorskip("lhotse")
 from lhotse import AudioSource, CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet  # noqa: E402
@@ -16,9 +16,12 @@ from lhotse import AudioSource, CutSet, Recording, RecordingSet, SupervisionSegm
 SR = 16000
 
 
+PROG = "python -m speechiter.importers.lhotse"
+
+
 @pytest.fixture
-def lhotse_tool(load_tool):
-    return load_tool("import_lhotse")
+def lhotse_tool():
+    return lhotse_command
 
 
 def run(tool, *argv):
@@ -177,10 +180,9 @@ def test_command_source_is_refused_and_never_run(tmp_path):
     rec = Recording(id="c", sources=[AudioSource("command", [0], f"touch {marker}")], sampling_rate=SR,
                     num_samples=SR, duration=1.0)
     path = save(RecordingSet.from_recordings([rec]), tmp_path / "r.jsonl.gz")
-    done = subprocess.run([sys.executable, TOOLS_DIR / "import_lhotse.py", path, tmp_path / "out"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    done = command("speechiter.importers.lhotse", path, tmp_path / "out", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith("import_lhotse.py: error: ")
+    assert done.stderr.startswith(f"{PROG}: error: ")
     assert "recording 'c': its audio source is a command, which is never run" in done.stderr
     assert not marker.exists() and not (tmp_path / "out").exists()
 
@@ -233,12 +235,59 @@ def test_bad_input_is_one_line_exit_2(lhotse_tool, tmp_path, monkeypatch, capsys
     paths, message = _bad_cases(tmp_path)[case]
     assert run(lhotse_tool, *paths, tmp_path / "out") == 2
     err = capsys.readouterr().err
-    assert err.startswith("import_lhotse.py: error: ") and err.count("\n") == 1, err
+    assert err.startswith(f"{PROG}: error: ") and err.count("\n") == 1, err
     assert message in err, err
     assert not (tmp_path / "out").exists()
 
 
 def test_help(tmp_path):
-    done = subprocess.run([sys.executable, TOOLS_DIR / "import_lhotse.py", "--help"], capture_output=True,
-                          text=True, check=True)
+    done = command("speechiter.importers.lhotse", "--help", cwd=tmp_path)
     assert "--channel" in done.stdout and "MANIFEST" in done.stdout
+
+
+# ------------------------------------------------ values speechiter cannot read
+# An import writes files that load, or exits 2 naming the input (NOTE [ Whole imports ]).
+
+
+def _recording(tmp_path):
+    write_audio(tmp_path / "a.wav", 1.0)
+    rec = Recording.from_file("a.wav", recording_id="a")
+    return rec, save(RecordingSet.from_recordings([rec]), tmp_path / "r.jsonl.gz")
+
+
+@pytest.mark.parametrize("segment, message", [
+    (SupervisionSegment("u 1", "a", 0, 0.5), "item 1: utterance id 'u 1' is empty or contains whitespace"),
+    (SupervisionSegment("u\n1", "a", 0, 0.5), "item 1: utterance id 'u\\n1' is empty or contains whitespace"),
+    (SupervisionSegment("", "a", 0, 0.5), "item 1: utterance id '' is empty"),
+    (SupervisionSegment("u", "a", -0.25, 0.5), "item 1: 'u' starts at -0.25 s; it should be a finite number"),
+    (SupervisionSegment("u", "a", float("nan"), 0.5), "item 1: 'u' starts at nan s"),
+    (SupervisionSegment("u", "a", 0, float("inf")), "item 1: 'u' has duration inf s; it should be a positive"),
+])
+def test_unreadable_supervisions_exit_2(lhotse_tool, tmp_path, monkeypatch, capsys, segment, message):
+    monkeypatch.chdir(tmp_path)
+    _, recs = _recording(tmp_path)
+    sups = save(SupervisionSet.from_segments([SupervisionSegment("ok", "a", 0, 0.5), segment]),
+                tmp_path / "s.jsonl")
+    assert run(lhotse_tool, recs, sups, tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{PROG}: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert message.replace("item 1", "item 2") in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("start", float("nan"), "'c1' starts at nan s"),
+    ("duration", float("inf"), "'c1' has duration inf s"),
+    ("duration", float("nan"), "'c1' has duration nan s"),
+])
+def test_a_nan_or_infinite_cut_names_the_cut(tmp_path, monkeypatch, field, value, message):
+    monkeypatch.chdir(tmp_path)
+    rec, _ = _recording(tmp_path)
+    cut = CutSet.from_manifests(RecordingSet.from_recordings([rec]))[0]
+    cut = cut.with_id("c1")
+    setattr(cut, field, value)
+    path = save(CutSet.from_cuts([cut]), tmp_path / "cuts.jsonl")
+    done = command("speechiter.importers.lhotse", path, tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"{path}: item 1: {message}" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()

@@ -7,12 +7,12 @@ import pytest
 import soundfile
 
 import speechiter
-from speechiter import flac
-from speechiter.audio import data_num_frames, read_feat
+from speechiter.io import flac
+from speechiter.io.read import data_num_frames, read_feat
 from speechiter.dump import checksum
 from speechiter.errors import DataError
 from speechiter.paths import resolve_data_path
-from speechiter.segments import split_segment
+from speechiter.io.source import split_time_range
 
 from .conftest import load_tool
 
@@ -94,10 +94,10 @@ def test_npy_and_unrated_hdf5_ranges_are_refused(tmp_path):
         data_num_frames(f"{tmp_path / 'a.npy'}#t=0,0.001")
 
 
-def test_split_segment_and_paths():
-    assert split_segment("a.wav#t=1.5,2") == ("a.wav", (1.5, 2.0))
-    assert split_segment("a.wav#t=npt:3") == ("a.wav", (3.0, None))
-    assert split_segment("a#b.wav") == ("a#b.wav", None)
+def test_split_time_range_and_paths():
+    assert split_time_range("a.wav#t=1.5,2") == ("a.wav", (1.5, 2.0))
+    assert split_time_range("a.wav#t=npt:3") == ("a.wav", (3.0, None))
+    assert split_time_range("a#b.wav") == ("a#b.wav", None)
     assert resolve_data_path("x/a.wav#t=1,2", "/d/idx2wav") == "/d/x/a.wav#t=1,2"
     assert resolve_data_path("p.hdf5:k#t=1", "/d/idx2wav") == "/d/p.hdf5:k#t=1"
     assert resolve_data_path("s3://b/a.wav#t=1,2", "/d/idx2wav") == "s3://b/a.wav#t=1,2"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from speechiter.audio import read_feat
+from speechiter.io.read import read_feat
 from speechiter.errors import DataError
 from speechiter.idx2 import read_idx2
 from speechiter.paths import resolve_data_path

@@ -8,7 +8,7 @@ Frames come from audio headers (soundfile.info), HDF5 dataset shapes
 (``file.hdf5:key``) and npy/npz array shapes; relative paths resolve against
 the idx2 file's folder. With ``--sample_rate SR`` the length of audio stored at
 another rate (or of an HDF5 dataset with a ``sample_rate`` attribute) is
-``round(n * SR / sr)``, exactly the length ``speechiter.audio.read_feat(...,
+``round(n * SR / sr)``, exactly the length ``speechiter.io.read.read_feat(...,
 sample_rate=SR)`` returns; npy/npz lengths are written as they are (read_feat
 does not resample them either).
 
@@ -26,7 +26,8 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from speechiter.audio import data_num_frames, resampled_length
+from speechiter.io.read import data_num_frames
+from speechiter.io.samples import resampled_length
 from speechiter.errors import DataError
 from speechiter.idx2 import read_idx2
 from speechiter.paths import resolve_data_path

@@ -37,11 +37,13 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from speechiter.audio import PCM16_SCALE, data_num_frames, read_feat
+from speechiter.io.pcm import PCM16_SCALE
+from speechiter.io.read import data_num_frames, read_feat
 from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
 from speechiter.idx2 import read_idx2
-from speechiter.paths import resolve_data_path, split_chunk_key
+from speechiter.io.source import split_chunk_key
+from speechiter.paths import resolve_data_path
 
 
 class _Parser(argparse.ArgumentParser):

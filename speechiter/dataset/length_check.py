@@ -13,7 +13,7 @@ tokens) are not checked.
 import os
 from typing import Mapping, Optional, Sequence
 
-from speechiter.audio import data_num_frames
+from speechiter.io.read import data_num_frames
 from speechiter.errors import DataError
 
 CHECKED_NAMES = ("wav_len", "segments_len")

@@ -13,7 +13,7 @@ result (or raises its error) when the utterance comes, so the utterances are
 the same as read one by one, and an error still names its utterance. Reads the
 batch did not reach (an earlier utterance failed) are cancelled or left to
 finish on their own; each is bounded by the storage timeouts (see NOTE
-[ Storage failures ] in speechiter/storage.py).
+[ Storage failures ] in speechiter/io/storage.py).
 
 The pool belongs to one pid (a forked child makes its own) and is shared by
 the thread workers of a process, so reads queue in the order the batches
@@ -33,7 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from speechiter.batch_context import current_batch
-from speechiter.storage import is_url
+from speechiter.io.storage import is_url
 
 __all__ = ["POOL_THREADS", "reading_together", "take"]
 

@@ -36,13 +36,14 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from speechiter.arrays import read_array
+from speechiter.io.arrays import read_array
 from speechiter.checks import check_bool, check_int
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.ids import IdIndex
 from speechiter.idx2 import read_idx2
-from speechiter.paths import FILES, check_data_file, resolve_data_path, split_chunk_key
+from speechiter.io.source import split_chunk_key
+from speechiter.paths import FILES, check_data_file, resolve_data_path
 from speechiter.seeding import rng, stream_id
 from speechiter.text import SPACE, is_token_list, parse_token_list
 

@@ -10,7 +10,7 @@ class DatasetReader:
 
     It is also its own picklable factory (``reader()`` returns itself), so
     each worker gets a copy: pickled once per pool (fork server, spawn), inherited with fork. Datasets
-    that hold open handles must open them lazily (see speechiter/arrays.py).
+    that hold open handles must open them lazily (see speechiter/io/arrays.py).
 
     ``expected_lengths``: ``(LengthMap, files)`` of a waveform length file,
     which each batch's decoded audio is checked against; the reader puts it in

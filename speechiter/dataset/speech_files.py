@@ -13,10 +13,12 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from speechiter.arrays import is_array_file, read_array
-from speechiter.audio import read_feat, resample
+from speechiter.io.arrays import is_array_file, read_array
+from speechiter.io.read import read_feat
+from speechiter.io.resample import resample
 from speechiter.errors import DataError
-from speechiter.paths import check_data_file, split_chunk_key
+from speechiter.io.source import split_chunk_key
+from speechiter.paths import check_data_file
 
 
 def npz_sample_rate(file: str) -> Optional[int]:
@@ -41,7 +43,7 @@ def read_speech(value: str, sample_rate: Optional[int]) -> Tuple[np.ndarray, Opt
     mono waveform (C == 1) is resampled to ``sample_rate`` like audio;
     features (C > 1) must have been extracted at ``sample_rate`` (SpeeChain
     would resample them along the wrong axis). Anything else is
-    :func:`speechiter.audio.read_feat`.
+    :func:`speechiter.io.read.read_feat`.
     """
     file, key = split_chunk_key(value)
     if key is not None or not file.lower().endswith(".npz"):

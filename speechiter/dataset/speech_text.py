@@ -39,8 +39,8 @@ from speechiter.ids import LengthMap
 from speechiter.paths import YAML_FILE
 from speechiter.pitch import PitchExtractor, collate_pitch
 from speechiter.seeding import rng
-from speechiter.segments import is_kaldi_segments, read_wav_scp
-from speechiter.storage import redact
+from speechiter.io.kaldi_segments import is_kaldi_segments, read_wav_scp
+from speechiter.io.storage import redact
 from speechiter.text import TextTransforms
 
 KNOWN_KEYS = ("feat", "text", "spk_ids", "spk_feat", "duration")

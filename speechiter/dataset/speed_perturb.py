@@ -8,7 +8,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from speechiter.audio import resample, resampled_length
+from speechiter.io.resample import resample
+from speechiter.io.samples import resampled_length
 
 #: speed factors are used as fractions num/den with den <= this
 MAX_FACTOR_DENOMINATOR = 1000

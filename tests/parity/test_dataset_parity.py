@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 import speechiter
-from speechiter.audio import resampled_length
+from speechiter.io.samples import resampled_length
 from speechiter.dataset.speech_text import SpeechTextDataset, perturbed_length
 from speechiter.errors import DataError
 from speechiter.seeding import seeded

@@ -210,15 +210,15 @@ class Proxy:
 
 @pytest.fixture
 def fresh_storage():
-    """speechiter.storage with no filesystem made yet (so a changed
+    """speechiter.io.storage with no filesystem made yet (so a changed
     environment applies), and none kept afterwards."""
-    from speechiter import segments, storage
+    from speechiter.io import remote, storage
 
     storage._forget_inherited()
-    segments._wav_headers.clear()
+    remote.clear_headers()
     yield storage
     storage._forget_inherited()
-    segments._wav_headers.clear()
+    remote.clear_headers()
 
 
 @pytest.fixture

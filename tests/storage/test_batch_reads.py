@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from speechiter.audio import read_feat
+from speechiter.io.read import read_feat
 from speechiter.dataset import prefetch
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import DataError

@@ -11,7 +11,7 @@ import pytest
 import soundfile
 
 import speechiter
-from speechiter.audio import read_feat
+from speechiter.io.read import read_feat
 
 from ..conftest import REPO_ROOT
 

@@ -4,7 +4,8 @@ import socket
 
 import pytest
 
-from ..conftest import load_tool
+from speechiter.importers import kaldi
+
 from ..test_import_kaldi import read_idx2, read_segment, write_files
 
 
@@ -36,7 +37,7 @@ def test_import_kaldi_reads_headers_from_s3_urls(s3_corpus, tmp_path):
         "wav.scp": "".join(f"{i} {s3_corpus.url}/{p}\n" for i, p in zip(ids[:3], paths[:3])),
         "segments": f"seg1 {ids[0]} 0.05 0.15\n"})
     out = tmp_path / "out"
-    assert load_tool("import_kaldi").main([str(data_dir), str(out)]) == 0
+    assert kaldi.main([str(data_dir), str(out)]) == 0
     assert read_idx2(out / "idx2wav") == {"seg1": f"{s3_corpus.url}/{paths[0]}#t=0.05,0.15"}
     assert read_idx2(out / "idx2wav_len") == {"seg1": "1600"}
     import fsspec

@@ -9,10 +9,10 @@ import pytest
 import soundfile
 
 import speechiter
-from speechiter.audio import data_num_frames, read_feat
+from speechiter.io.read import data_num_frames, read_feat
 from speechiter.dump import checksum
 from speechiter.errors import DataError
-from speechiter.storage import redact
+from speechiter.io.storage import redact
 
 from ..conftest import load_tool
 
@@ -124,7 +124,7 @@ def test_many_threads_read_at_once(s3_corpus, s3_proxy):
     of 10 connections would hold 14 back: the barrier would break)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from speechiter import storage
+    from speechiter.io import storage
 
     assert storage.MAX_CONNECTIONS >= 24
     paths = [line.split(" ", 1)[1] for line in (s3_corpus.local / "idx2wav").read_text().splitlines()]
@@ -167,9 +167,9 @@ def test_local_block_cache(s3_corpus, s3_client, s3_proxy, tmp_path, monkeypatch
         np.testing.assert_array_equal(read_feat(f"s3://{s3_corpus.bucket}/long.wav#t=3,4"), full[48000:64000])
     assert len(s3_proxy.gets()) <= 3 and any((tmp_path / "cache").iterdir())
     s3_proxy.requests.clear()
-    from speechiter import segments
+    from speechiter.io import remote
 
-    segments._wav_headers.clear()
+    remote.clear_headers()
     np.testing.assert_array_equal(read_feat(f"s3://{s3_corpus.bucket}/long.wav#t=3,4"), full[48000:64000])
     assert s3_proxy.gets() == []  # the blocks come from the cache
 

@@ -16,11 +16,11 @@ import os
 from typing import Optional
 
 from speechiter.errors import DataError
+from speechiter.io.wav import read_wav_header
 
 __all__ = ["check_decoded"]
 
 _HEAD = 4096  # bytes read at once: every header of a plain file
-_WAV_PLACEHOLDER = 0x7FFFF000  # data sizes from here up are "unknown" (streamed writers)
 # FLAC frame header codes (RFC 9639, 9.1): sample rate, then bits per sample.
 _FRAME_RATES = {1: 88200, 2: 176400, 3: 192000, 4: 8000, 5: 16000, 6: 22050, 7: 24000, 8: 32000, 9: 44100,
                 10: 48000, 11: 96000}
@@ -58,21 +58,13 @@ class _Bytes:
 
 
 def _wav_problem(data: _Bytes, size: int, num_frames: int) -> Optional[str]:
-    pos, block_align = 12, 0
-    while pos + 8 <= size:
-        chunk = data.at(pos, 8)
-        chunk_size = int.from_bytes(chunk[4:8], "little")
-        if chunk[:4] == b"fmt ":
-            block_align = int.from_bytes(data.at(pos + 20, 2), "little")
-        elif chunk[:4] == b"data":
-            if not block_align or chunk_size == 0 or chunk_size >= _WAV_PLACEHOLDER:
-                return None
-            promised = chunk_size // block_align
-            if promised > num_frames:
-                return (f"truncated WAV: its header gives {promised} frames ({chunk_size} bytes of data) but "
-                        f"only {num_frames} were decoded ({size - pos - 8} bytes are left in the file)")
-            return None
-        pos += 8 + chunk_size + (chunk_size & 1)
+    header = read_wav_header(data.at)
+    if header is None or not header.sized:
+        return None
+    promised = header.frames
+    if promised > num_frames:
+        return (f"truncated WAV: its header gives {promised} frames ({header.data_size} bytes of data) but "
+                f"only {num_frames} were decoded ({size - header.offset} bytes are left in the file)")
     return None
 
 

@@ -1,59 +1,20 @@
-"""Convert Lhotse manifests into speechiter idx2 files.
+"""Lhotse manifests (recordings + supervisions, or cuts) as utterances.
 
-    python tools/import_lhotse.py recordings.jsonl.gz supervisions.jsonl.gz corpora/train
-    python tools/import_lhotse.py cuts_train.jsonl.gz corpora/train
-    python tools/import_lhotse.py ami_recordings.jsonl.gz ami_supervisions.jsonl.gz out --channel 0
-
-Needs the lhotse package (``pip install 'speechiter[lhotse]'``), which reads
-the manifests (any format ``lhotse.load_manifest`` reads: .json, .jsonl,
-.jsonl.gz, ...). Give either RecordingSet and SupervisionSet manifests (each
-supervision becomes an utterance; a RecordingSet alone makes each recording
-one), or CutSet manifests (each cut becomes an utterance). Writes into OUT_DIR
-(created if needed), sorted by id, one ``<id> <value>`` per line:
-
-- ``idx2wav``: the audio file (or URL) of the utterance's recording followed
-  by ``#t=<start>,<end>`` in seconds (Lhotse's floats, shortest form; see NOTE
-  [ Segment layout ] in tools/_idx2_out.py). Whole recordings (a RecordingSet
-  alone, or a cut that spans its whole recording) have no suffix.
-- ``idx2wav_len``: samples at the recording's rate, ``half_up(duration *
-  rate)``, exactly the count ``cut.load_audio()`` and ``recording.load_audio(
-  offset, duration)`` return (NOTE [ Segment samples ]); local files' rate and
-  frames come from their headers (soundfile.info) and must agree with the
-  manifest; URLs are not opened (the manifest's rate and length are used).
-- ``idx2dur`` (seconds), ``idx2text``, ``idx2spk`` and ``spk_list`` (sorted
-  speakers) from the supervisions. A cut with several supervisions is refused
-  (run ``cuts.trim_to_supervisions()`` first); a cut with none has no text or
-  speaker.
-
-Channels. idx2wav names one file per utterance and cannot pick a channel
-inside a file. So an utterance whose channel(s) are exactly the channels of
-one of its recording's sources reads that source's file (a mono recording; or
-per-channel files such as AMI's headsets, each supervision naming its
-channel); ``--channel N`` uses channel N instead of the supervision's or cut's
-channel (e.g. one array microphone of a multi-source recording). Anything
-else (several sources at once, one channel inside a multi-channel file) is
-refused with a message saying so.
-
-Paths: relative source paths are relative to ``--root`` (default: the current
-folder, where Lhotse opens them); idx2wav keeps absolute paths and URLs as they
-are and writes relative ones relative to OUT_DIR, or absolute with
-``--absolute``. Refused (exit code 2, one line): command, in-memory and shar
-sources (never run or unpacked), recordings with transforms (speed
-perturbation, resampling ...), mixed or padding cuts, duplicate ids, a
-supervision whose recording is missing, and a segment that starts past (or
-ends more than 0.5 s past) the end of its recording.
+The command, its options and the files it writes: speechiter/importers/lhotse.py.
 """
 from __future__ import annotations
 
-import argparse
-import sys
+import math
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _idx2_out import (  # noqa: E402
-    AudioInfo, InputError, Parser, Utterance, half_up, is_url, resolve, run_main, seconds_text, segment_samples,
-    write_corpus,
-)
+from speechiter.importers.utterance import AudioInfo, InputError, Utterance, resolve, seconds_text
+from speechiter.importers.writer import write_corpus
+from speechiter.io.samples import compute_num_samples, sample_range
+from speechiter.io.storage import is_url
+
+__all__ = ["import_lhotse", "load_manifests"]
+
+_SEGMENT = ("segment", "its recording")  # a segment in messages (see sample_range)
 
 
 def _lhotse():
@@ -131,18 +92,22 @@ class _Converter:
         return location, relative, frames, rate
 
     def segment(self, utt_id, recording, channels, start, duration, where, whole_ok):
+        if not (math.isfinite(start) and start >= 0):  # lhotse takes NaN, inf and negative times
+            raise InputError(f"{where}: {utt_id!r} starts at {start} s; it should be a finite number of seconds, "
+                             f"not negative")
+        if not (math.isfinite(duration) and duration > 0):
+            raise InputError(f"{where}: {utt_id!r} has duration {duration} s; it should be a positive, finite "
+                             f"number of seconds")
         location, relative, frames, rate = self.source(recording, channels, where)
-        if whole_ok and start == 0 and half_up(duration * rate) == frames:
-            return Utterance(utt_id, location, frames, seconds_text(duration), relative=relative)
-        if not duration > 0:
-            raise InputError(f"{where}: {utt_id!r} has duration {duration} s; it should be positive")
+        if whole_ok and start == 0 and compute_num_samples(duration, rate) == frames:
+            return Utterance(utt_id, location, frames, seconds_text(duration), relative=relative, where=where)
         start_text = seconds_text(start)
         end = round(start + duration, ndigits=8)  # lhotse's end (supervision.end, cut.end)
         end_text = seconds_text(end)
-        length = segment_samples(float(start_text), float(end_text), frames, rate, f"{where}: {utt_id!r}")
-        clipped = length != half_up((float(end_text) - float(start_text)) * rate)
+        length = sample_range(float(start_text), float(end_text), frames, rate, f"{where}: {utt_id!r}", _SEGMENT)[1]
+        clipped = length != compute_num_samples(float(end_text) - float(start_text), rate)
         return Utterance(utt_id, location, length, seconds_text(length / rate if clipped else duration),
-                         start_text, end_text, relative=relative)
+                         start_text, end_text, relative=relative, where=where)
 
     def supervision(self, sup, recordings, where):
         if sup.recording_id not in recordings:
@@ -181,7 +146,7 @@ def _transform_name(transform):
 
 def import_lhotse(manifests, out_dir, root=".", channel=None, absolute=False):
     """Convert the manifest files into ``out_dir``; returns ``{file name:
-    lines}``. Raises InputError (one line) for bad input."""
+    lines}``. Raises DataError (one line) for bad input."""
     if channel is not None and channel < 0:
         raise InputError(f"channel should be a non-negative integer, but got channel={channel}")
     recordings, supervisions, cuts = load_manifests(manifests)
@@ -201,23 +166,3 @@ def import_lhotse(manifests, out_dir, root=".", channel=None, absolute=False):
     else:
         raise InputError("the manifests hold no recordings, supervisions or cuts")
     return write_corpus(out_dir, utts, absolute)
-
-
-def main(argv=None):
-    parser = Parser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0],
-                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
-    parser.add_argument("manifests", nargs="+", type=Path, metavar="MANIFEST",
-                        help="Lhotse RecordingSet, SupervisionSet or CutSet files")
-    parser.add_argument("out_dir", type=Path, help="folder to write the idx2 files into (created if needed)")
-    parser.add_argument("--root", type=Path, default=Path("."),
-                        help="folder that relative source paths are relative to (default: the current folder)")
-    parser.add_argument("--channel", type=int,
-                        help="take this channel of every recording (it must be a source file of its own)")
-    parser.add_argument("--absolute", action="store_true",
-                        help="write absolute paths in idx2wav (default: relative ones stay relative, to OUT_DIR)")
-    args = parser.parse_args(argv)
-    return run_main(parser, lambda a: import_lhotse(a.manifests, a.out_dir, a.root, a.channel, a.absolute), args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

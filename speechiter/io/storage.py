@@ -20,7 +20,7 @@ share it (fsspec runs every request on its own event-loop thread). A forked
 child must not use its parent's: s3fs holds aiohttp sessions bound to the
 parent's event loop, which does not exist in the child. So the table belongs
 to one pid (like the HDF5 handles, see NOTE [ HDF5 handles and fork ] in
-speechiter/arrays.py), instances skip fsspec's own instance cache, and a child
+speechiter/io/arrays.py), instances skip fsspec's own instance cache, and a child
 makes its own on first use.
 
 # NOTE [ Storage failures ]
@@ -41,7 +41,7 @@ from typing import Callable, Dict, Optional, Tuple, TypeVar
 
 from speechiter.errors import DataError
 
-__all__ = ["is_url", "redact", "filesystem", "call", "read_range", "open_url", "INSTALL_HINT"]
+__all__ = ["is_url", "redact", "filesystem", "call", "read_range", "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install 'speechiter[s3]'"
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -244,40 +244,3 @@ def read_range(url: str, start: int, end: Optional[int]) -> bytes:
             return f.read(-1 if end is None else end - start)
 
     return call(url, read)
-
-
-class _Guarded:
-    """A file object whose read errors are kept, not lost inside a C
-    callback (libsndfile, HDF5): :meth:`check` re-raises the first one."""
-
-    def __init__(self, f):
-        self._f, self.error = f, None
-
-    def read(self, n=-1):
-        try:
-            return self._f.read(n)
-        except Exception as e:  # re-raised by check(), classified by call()
-            self.error = self.error or e
-            raise
-
-    def readinto(self, buffer):
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
-
-    def check(self):
-        if self.error is not None:
-            raise self.error
-
-    def __getattr__(self, name):
-        return getattr(self._f, name)
-
-
-def open_url(url: str, block_size: int = 1 << 16) -> _Guarded:
-    """An open binary file object for ``url`` (read-ahead of ``block_size``
-    bytes); wrap its use in :func:`call` and call ``.check()`` after a C
-    library read from it."""
-    fs = filesystem(url)
-    options = {} if os.environ.get("SPEECHITER_STORAGE_CACHE") else {"block_size": block_size,
-                                                                      "cache_type": "readahead"}
-    return _Guarded(call(url, lambda: fs.open(url, "rb", **options), "open"))

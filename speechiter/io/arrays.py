@@ -22,9 +22,11 @@ from typing import Optional, Tuple
 import numpy as np
 
 from speechiter.errors import DataError
-from speechiter.paths import check_data_file, split_chunk_key
-from speechiter.segments import segment_range
-from speechiter.storage import call, is_url, open_url, redact
+from speechiter.io.samples import sample_range
+from speechiter.io.source import split_chunk_key
+from speechiter.io.storage import call, is_url, redact
+from speechiter.io.url_file import open_url
+from speechiter.paths import check_data_file
 
 __all__ = ["is_array_file", "is_hdf5_file", "read_array", "array_num_frames", "read_vector", "close_h5_files"]
 
@@ -43,15 +45,15 @@ def is_array_file(file: str) -> bool:
     return _suffix(file) in (*_H5_SUFFIXES, ".npz", ".npy")
 
 
-def read_array(file: str, key: Optional[str], segment=None) -> Tuple[np.ndarray, Optional[int]]:
+def read_array(file: str, key: Optional[str], time_range=None) -> Tuple[np.ndarray, Optional[int]]:
     """``(array, stored sample rate or None)`` of a .hdf5/.h5 (with key), .npz
-    or .npy file (a path or URL). ``segment`` (a time range, see
-    speechiter/segments.py) reads only its rows of an HDF5 dataset with a
+    or .npy file (a path or URL). ``time_range`` (see NOTE [ Segment values ] in
+    speechiter/io/source.py) reads only its rows of an HDF5 dataset with a
     ``sample_rate`` attribute; npy/npz store no rate, so they take none."""
     suffix = _suffix(file)
     if suffix in _H5_SUFFIXES:
-        return _read_h5_dataset(file, _h5_key(file, key), segment)
-    if segment is not None:
+        return _read_h5_dataset(file, _h5_key(file, key), time_range)
+    if time_range is not None:
         raise DataError(f"{redact(file)}: a #t= time range needs a sample rate, and npy/npz files store none "
                         f"(pack waveforms with tools/pack_hdf5.py)")
     if suffix == ".npz":
@@ -203,16 +205,16 @@ def _h5_dataset(file: str, key: str):
     return dataset
 
 
-def _read_h5_dataset(file: str, key: str, segment=None) -> Tuple[np.ndarray, Optional[int]]:
+def _read_h5_dataset(file: str, key: str, time_range=None) -> Tuple[np.ndarray, Optional[int]]:
     dataset = _h5_dataset(file, key)
     rate = dataset.attrs.get("sample_rate")
     rate = None if rate is None else int(rate)
     where = f"{redact(file)}:{key}"
     rows = slice(None)
-    if segment is not None:  # See NOTE [ Segment values ] in speechiter/segments.py
+    if time_range is not None:  # See NOTE [ Segment values ] in speechiter/io/source.py
         if rate is None or not dataset.shape:
             raise DataError(f"{where}: a #t= time range needs the dataset's sample_rate attribute")
-        first, count = segment_range(segment, int(dataset.shape[0]), rate, where)
+        first, count = sample_range(time_range.start, time_range.end, int(dataset.shape[0]), rate, where)
         rows = slice(first, first + count)
     if is_url(file):
         return call(file, lambda: dataset[rows] if dataset.shape else dataset[()], "read HDF5 dataset"), rate

@@ -1,67 +1,30 @@
-"""Convert a Kaldi/ESPnet data directory into speechiter idx2 files.
+"""A Kaldi/ESPnet data directory as utterances: wav.scp, segments, text, utt2spk, spk2utt, utt2dur.
 
-    python tools/import_kaldi.py data/train corpora/train
-    python tools/import_kaldi.py data/train corpora/train --root /path/to/egs/recipe/s5
-
-Reads DATA_DIR/wav.scp and, when present, segments, text, utt2spk, spk2utt
-and utt2dur; writes into OUT_DIR (created if needed), sorted by id, one
-``<id> <value>`` per line:
-
-- ``idx2wav``: the audio of each utterance. Without ``segments`` each
-  recording is an utterance (its path); with ``segments`` each segment is one,
-  written as ``<path>#t=<start>,<end>`` with the times as ``segments`` gives
-  them (an end of -1, Kaldi's "to the end of the file", becomes the open form
-  ``#t=<start>``). See NOTE [ Segment layout ] in tools/_idx2_out.py.
-- ``idx2wav_len``: samples at the recording's own rate, from the audio header
-  (soundfile.info, read once per recording): the file's frames, or
-  ``half_up((end - start) * rate)`` for a segment (Lhotse's rule; see NOTE
-  [ Segment samples ]).
-- ``idx2dur``: seconds, utt2dur's value as written, else computed
-  (``end - start`` exactly as the decimal texts give it).
-- ``idx2text`` (from text), ``idx2spk`` (from utt2spk, or spk2utt when there is
-  no utt2spk; both must agree) and ``spk_list`` (the speakers, sorted).
-
-Paths. Kaldi resolves relative paths in wav.scp against the folder the recipe
-runs in; so does this tool, against ``--root`` (default: the current folder).
-idx2wav keeps absolute paths and URLs (``s3://...``, read through fsspec) as
-they are, and writes paths that were relative as paths relative to OUT_DIR
-(speechiter resolves a relative idx2 value against its idx2 file's folder):
-the corpus keeps working when the audio and OUT_DIR move together.
-``--absolute`` writes absolute paths instead.
-
-Refused, with one line naming the file and line (exit code 2): piped wav.scp
-entries (``rec sox ... |``; never executed: convert those recordings to
-files first), ark offsets (``foo.ark:123``), paths containing ``#``, duplicate
-ids, a segment whose recording is not in wav.scp, a segment whose end is not
-after its start, and one that starts past (or ends more than 0.5 s past) the
-end of its recording. Lines in text/utt2spk/utt2dur for unknown utterances
-are dropped with a warning.
+The command, its options and the files it writes: speechiter/importers/kaldi.py.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import warnings
 from decimal import Decimal
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-from speechiter.errors import DataError  # noqa: E402
-from speechiter.segments import check_wav_scp_entry  # noqa: E402
-from _idx2_out import (  # noqa: E402
-    AudioInfo, InputError, Parser, Utterance, half_up, parse_seconds, resolve, run_main, seconds_text,
-    segment_samples, write_corpus,
-)
+from speechiter.importers.utterance import AudioInfo, InputError, Utterance, parse_seconds, resolve, seconds_text
+from speechiter.importers.writer import write_corpus
+from speechiter.io.kaldi_segments import check_wav_scp_entry
+from speechiter.io.samples import compute_num_samples, sample_range
 
+__all__ = ["import_kaldi", "read_table"]
+
+_SEGMENT = ("segment", "its recording")  # a segment in messages (see sample_range)
 
 
 def read_table(path: Path, fields=None):
     """``[(lineno, id, rest)]`` of a Kaldi table file: ``rest`` is the rest of
     the line (``fields=None``) or a list of exactly ``fields - 1`` fields.
-    Raises InputError for a malformed line or a duplicate id."""
+    Raises InputError for a malformed line or a duplicate id. A UTF-8 byte
+    order mark at the start is not part of the first id."""
     try:
-        lines = path.read_text(encoding="utf-8").split("\n")
+        lines = path.read_text(encoding="utf-8-sig").split("\n")
     except UnicodeDecodeError as e:
         raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
@@ -96,11 +59,10 @@ def _recordings(data_dir: Path, root: Path):
         where = f"{wav_scp}:{lineno}"
         if not value:
             raise InputError(f"{where}: recording {rec_id!r} has no path")
-        try:  # the rule speechiter itself reads wav.scp by: piped commands and ark offsets refused
-            check_wav_scp_entry(where, rec_id, value)
-        except DataError as error:
-            raise InputError(str(error)) from None
+        check_wav_scp_entry(where, rec_id, value)  # the rule speechiter reads wav.scp by
         recordings[rec_id] = (resolve(value, root, where), where)
+    if not recordings:
+        raise InputError(f"{wav_scp}: lists no recordings (the file is empty)")
     return recordings
 
 
@@ -111,7 +73,8 @@ def _utterances(data_dir: Path, recordings, info: AudioInfo):
     if not segments.is_file():
         for rec_id, ((location, relative), where) in recordings.items():
             frames, rate = info(location, where)
-            utts[rec_id] = Utterance(rec_id, location, frames, seconds_text(frames / rate), relative=relative)
+            utts[rec_id] = Utterance(rec_id, location, frames, seconds_text(frames / rate), relative=relative,
+                                     where=where)
         return utts
     for lineno, utt_id, (rec_id, start_text, end_text) in read_table(segments, fields=4):
         where = f"{segments}:{lineno}"
@@ -127,12 +90,15 @@ def _utterances(data_dir: Path, recordings, info: AudioInfo):
                                  f"({start_text} s)")
         (location, relative), rec_where = recordings[rec_id]
         frames, rate = info(location, rec_where)
-        length = segment_samples(start, end, frames, rate, where)
-        if end is None or length != half_up((end - start) * rate):
+        length = sample_range(start, end, frames, rate, where, _SEGMENT)[1]
+        if end is None or length != compute_num_samples(end - start, rate):
             duration = seconds_text(length / rate)  # open or clipped: what exists
         else:
             duration = _decimal_text(Decimal(end_text) - Decimal(start_text))
-        utts[utt_id] = Utterance(utt_id, location, length, duration, start_text, end_text, relative=relative)
+        utts[utt_id] = Utterance(utt_id, location, length, duration, start_text, end_text, relative=relative,
+                                 where=where)
+    if not utts:
+        raise InputError(f"{segments}: lists no segments (the file is empty)")
     return utts
 
 
@@ -179,7 +145,9 @@ def _attach(data_dir: Path, utts):
     utt2dur = data_dir / "utt2dur"
     if utt2dur.is_file():
         for lineno, utt_id, (dur,) in known(utt2dur, read_table(utt2dur, fields=2)):
-            utts[utt_id].duration = parse_seconds(dur, f"{utt2dur}:{lineno}", "duration")[1]
+            seconds, utts[utt_id].duration = parse_seconds(dur, f"{utt2dur}:{lineno}", "duration")
+            if seconds == 0:
+                raise InputError(f"{utt2dur}:{lineno}: duration should be positive, but got {dur!r}")
     if dropped:
         warnings.warn("lines for utterances not in the data directory were dropped: "
                       + ", ".join(f"{n} in {name}" for name, n in dropped.items()), stacklevel=2)
@@ -187,7 +155,7 @@ def _attach(data_dir: Path, utts):
 
 def import_kaldi(data_dir, out_dir, root=".", absolute=False):
     """Convert ``data_dir`` into ``out_dir``; returns ``{file name: lines}``.
-    Raises InputError (one line) for bad input."""
+    Raises DataError (one line) for bad input."""
     data_dir, out_dir, root = Path(data_dir), Path(out_dir), Path(root).resolve()
     if not data_dir.is_dir():
         raise InputError(f"{data_dir}: no such data directory")
@@ -195,21 +163,3 @@ def import_kaldi(data_dir, out_dir, root=".", absolute=False):
     utts = _utterances(data_dir, recordings, AudioInfo())
     _attach(data_dir, utts)
     return write_corpus(out_dir, utts.values(), absolute)
-
-
-def main(argv=None):
-    parser = Parser(prog=Path(__file__).name, description=__doc__.split("\n\n")[0],
-                    formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
-    parser.add_argument("data_dir", type=Path, help="Kaldi/ESPnet data directory (wav.scp, segments, text, ...)")
-    parser.add_argument("out_dir", type=Path, help="folder to write the idx2 files into (created if needed)")
-    parser.add_argument("--root", type=Path, default=Path("."),
-                        help="folder that relative wav.scp paths are relative to (default: the current folder, "
-                             "as in Kaldi: the recipe folder)")
-    parser.add_argument("--absolute", action="store_true",
-                        help="write absolute paths in idx2wav (default: relative ones stay relative, to OUT_DIR)")
-    args = parser.parse_args(argv)
-    return run_main(parser, lambda a: import_kaldi(a.data_dir, a.out_dir, a.root, a.absolute), args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Reading: a data value in, samples out. Every file and URL speechiter reads data from goes through here.
+
+A value (resolved, see :func:`speechiter.paths.resolve_data_path`) becomes a
+typed source, which one decoder reads; the importers count samples with the
+same rule the readers use.
+
+=================  ==========================================================
+``source``         a value as a :class:`~speechiter.io.source.Source`: file or
+                   URL, chunk key (``pack.hdf5:utt``), time range (``#t=``)
+``samples``        the sample-count rule (Lhotse's ``compute_num_samples``),
+                   time ranges in samples, lengths after resampling
+``read``           the entry points: ``read_feat`` (any value to float32
+                   ``(T, C)``) and ``data_num_frames`` (its length from headers)
+``audio``          audio files and URLs, whole or a range; header lengths
+``decode``         the decoder: dr_flac for FLAC (``flac``), libsndfile else
+``pcm``            the PCM scale: integer samples to float32 in [-1, 1)
+``wav``            the WAV header reader
+``headers``        decoded lengths checked against WAV / FLAC headers
+``remote``         audio at URLs: ranged WAV reads, libsndfile over fsspec
+``storage``        URLs through fsspec: filesystems, retries, redaction
+``url_file``       a URL as a file object; read errors kept, none lost in C
+``arrays``         npy / npz / HDF5 entries and the HDF5 handle cache
+``resample``       soxr resampling to an exact length
+``kaldi_segments`` Kaldi ``segments`` + ``wav.scp`` as time-range values
+=================  ==========================================================
+
+Nothing is imported here: import from the modules
+(``from speechiter.io.read import read_feat``).
+"""

@@ -1,0 +1,102 @@
+"""Kaldi ``segments`` files as data values: ``<utt> <recording> <start> <end>`` over the wav.scp beside them.
+
+# NOTE [ Kaldi segments ]
+A ``main_data`` file named ``segments`` (Kaldi's ``<utt> <recording> <start>
+<end>``; end -1 is the end of the file) is read with the ``wav.scp`` in its
+folder: each value becomes ``<wav.scp path>#t=<start>,<end>`` (see NOTE
+[ Segment values ] in speechiter/io/source.py). It is the file name that says
+so, as in Kaldi itself. Relative wav.scp paths resolve against the current
+folder (Kaldi's rule: the recipe folder). Piped entries (``... |``) and ark
+offsets are refused, never run.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import Dict, Tuple
+
+from speechiter.errors import DataError
+from speechiter.io.source import NPT
+from speechiter.io.storage import is_url
+
+__all__ = ["is_kaldi_segments", "read_wav_scp", "check_wav_scp_entry", "kaldi_segment_value"]
+
+_ARK_RE = re.compile(r"\.ark:[0-9]+$")
+_wav_scp_cache: Dict[str, Tuple[Tuple[int, int], Dict[str, str]]] = {}
+_wav_scp_lock = threading.Lock()
+
+
+def is_kaldi_segments(idx2_path: str) -> bool:
+    return os.path.basename(idx2_path) == "segments"
+
+
+def read_wav_scp(path: str) -> Dict[str, str]:
+    """``{recording: path or URL}`` of a Kaldi wav.scp, cached per process
+    (re-read when the file changes). Raises DataError naming the file and line
+    for a piped entry, an ark offset, a missing path or a duplicate id."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        raise DataError(f"{path}: no such file (a Kaldi segments file needs the wav.scp beside it)") from None
+    stamp = (stat.st_mtime_ns, stat.st_size)
+    cached = _wav_scp_cache.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    with _wav_scp_lock:
+        table = _parse_wav_scp(path)
+        _wav_scp_cache[path] = (stamp, table)
+    return table
+
+
+def _parse_wav_scp(path: str) -> Dict[str, str]:
+    try:
+        with open(path, encoding="utf-8-sig") as f:  # -sig: a byte order mark is not part of the first id
+            lines = f.read().split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read wav.scp ({e})") from None
+    table: Dict[str, str] = {}
+    for lineno, line in enumerate(lines, 1):
+        parts = line.strip().split(None, 1)
+        if not parts:
+            continue
+        where = f"{path}:{lineno}"
+        if len(parts) == 1:
+            raise DataError(f"{where}: recording {parts[0]!r} has no path")
+        rec, location = parts[0], parts[1].strip()
+        check_wav_scp_entry(where, rec, location)
+        if rec in table:
+            raise DataError(f"{where}: duplicate recording id {rec!r}")
+        table[rec] = location
+    return table
+
+
+def check_wav_scp_entry(where: str, rec: str, location: str) -> None:
+    """Refuse the wav.scp entries speechiter never reads: piped commands
+    (never run) and ark offsets. ``where`` is ``file:line``."""
+    if location.endswith("|"):
+        raise DataError(f"{where}: recording {rec!r} is a piped command, which is never run; write that "
+                        f"audio to files and list their paths in wav.scp")
+    if _ARK_RE.search(location):
+        raise DataError(f"{where}: recording {rec!r} is an ark offset ({location}); write that audio to "
+                        f"files and list their paths in wav.scp")
+
+
+def kaldi_segment_value(value: str, segments_path: str) -> str:
+    """A ``segments`` value ``"<recording> <start> <end>"`` as
+    ``<wav.scp path>#t=<start>,<end>`` (end -1: open); a relative wav.scp
+    path is made absolute against the current folder."""
+    parts = value.split()
+    if len(parts) != 3:
+        raise DataError(f"{segments_path}: expected '<utt> <recording> <start> <end>', got a value {value!r}")
+    rec, start, end = parts
+    table = read_wav_scp(os.path.join(os.path.dirname(segments_path), "wav.scp"))
+    location = table.get(rec)
+    if location is None:
+        raise DataError(f"{segments_path}: recording {rec!r} is not in the wav.scp beside it")
+    for text in (start, end):
+        if text != "-1" and not re.fullmatch(NPT, text):
+            raise DataError(f"{segments_path}: recording {rec!r}: {text!r} is not a number of seconds")
+    if not is_url(location):
+        location = os.path.abspath(location)
+    return f"{location}#t={start}" + ("" if end == "-1" else f",{end}")

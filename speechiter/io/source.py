@@ -1,0 +1,92 @@
+"""A data value as a typed source: which file (local path or URL), which entry, which time range.
+
+    parse_source("rec1.flac")                  Source(file="rec1.flac")
+    parse_source("s3://b/rec1.wav#t=1.5,2")    Source(file="s3://b/rec1.wav", time_range=TimeRange(1.5, 2.0))
+    parse_source("pack.hdf5:utt1#t=0.5")       Source(file="pack.hdf5", key="utt1", time_range=TimeRange(0.5, None))
+
+The value is resolved already (see :func:`speechiter.paths.resolve_data_path`).
+Every reader of :mod:`speechiter.io` starts here, as Lhotse's ``AudioSource``
+does: the suffixes are split off once, in one place.
+
+# NOTE [ Segment values ]
+A data value may end in a W3C Media Fragments time range, in seconds (the
+layout the importers write; see NOTE [ Segment layout ] in
+speechiter/importers/writer.py)::
+
+    rec1.flac#t=12.34,15.67      samples of [12.34 s, 15.67 s)
+    rec1.flac#t=12.34            from 12.34 s to the end of the file
+    pack.hdf5:rec1#t=1.5,2.5     a range of an HDF5 dataset (its sample_rate attribute gives the rate)
+
+Which samples a range reads is NOTE [ Segment samples ] in
+speechiter/io/samples.py. Only the range is read: a seek and a read, not a
+decode of the file. A fragment is the last suffix of a value; a byte range of
+an encoded file inside a bigger object (``#bytes=<first>-<last>``) would be
+split off here too, beside the time range.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import NamedTuple, Optional, Tuple, Union
+
+from speechiter.errors import DataError
+from speechiter.io.storage import is_url
+
+__all__ = ["NPT", "TimeRange", "Source", "parse_source", "split_time_range", "split_chunk_key"]
+
+NPT = r"[0-9]+(?:\.[0-9]*)?"  # Media Fragments npt-sec (no hh:mm:ss)
+_FRAGMENT_RE = re.compile(rf"#t=(?:npt:)?({NPT})(?:,({NPT}))?$")
+_CHUNK_RE = re.compile(r"^(.*?\.(?:hdf5|h5|npz)):(.+)$", re.IGNORECASE)
+
+
+class TimeRange(NamedTuple):
+    start: float  # seconds
+    end: Optional[float]  # seconds; None: to the end of the file
+
+
+class Source(NamedTuple):
+    """Where the samples of one data value are."""
+
+    file: str  # a local path or a URL
+    key: Optional[str] = None  # the entry of a chunk file (.hdf5, .h5, .npz)
+    time_range: Optional[TimeRange] = None  # None: all of it
+
+    @property
+    def is_url(self) -> bool:
+        return is_url(self.file)
+
+    @property
+    def entry(self) -> str:
+        """The value without its time range: ``file`` or ``file:key``."""
+        return self.file if self.key is None else f"{self.file}:{self.key}"
+
+
+def parse_source(value: str) -> Source:
+    """The :class:`Source` of a resolved data value. Raises DataError for an
+    empty time range."""
+    value, time_range = split_time_range(value)
+    file, key = split_chunk_key(value)
+    return Source(file, key, time_range)
+
+
+def split_time_range(value: str) -> Tuple[str, Optional[TimeRange]]:
+    """``"a.wav#t=1.5,2"`` -> ``("a.wav", TimeRange(1.5, 2.0))``; a value with
+    no ``#t=`` suffix -> ``(value, None)``. Raises DataError for an empty range."""
+    match = _FRAGMENT_RE.search(value)
+    if match is None:
+        return value, None
+    start = float(match.group(1))
+    end = None if match.group(2) is None else float(match.group(2))
+    if end is not None and end <= start:
+        raise DataError(f"{value}: the time range ends at {end} s, not after its start ({start} s)")
+    return value[:match.start()], TimeRange(start, end)
+
+
+def split_chunk_key(value: Union[str, os.PathLike]) -> Tuple[str, Optional[str]]:
+    """Split ``"file.hdf5:key"`` / ``"file.npz:key"`` into ``(file, key)``;
+    any other value gives ``(value, None)``."""
+    value = os.fspath(value)
+    match = _CHUNK_RE.match(value)
+    if match is None:
+        return value, None
+    return match.group(1), match.group(2)
