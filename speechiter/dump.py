@@ -7,6 +7,7 @@ from typing import Any, List, Optional
 import numpy as np
 
 from speechiter.structure import is_tensor
+from speechiter.user_files import open_output
 
 
 def checksum(batch: Any) -> str:
@@ -60,12 +61,12 @@ def rank_path(path: str, rank: int) -> str:
 
 
 class DumpWriter:
-    """Writes one JSON object per loaded batch, in the order consumed."""
+    """Writes one JSON object per loaded batch, in the order consumed (``--dump_batches``)."""
 
     def __init__(self, path: str, rank: int = 0, distributed: bool = False, append: bool = False):
         self.path = rank_path(path, rank) if distributed else path
         self.rank = rank
-        self.file = open(self.path, "a" if append else "w", encoding="utf-8")
+        self.file = open_output(self.path, "--dump_batches", append)
 
     def write(self, group: str, set_name: Optional[str], iterator: Optional[str], epoch: int, step: int,
               ids: List[str], batch: Any):

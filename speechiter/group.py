@@ -9,26 +9,25 @@ how long an epoch is:
   shortest iterator; each iterator runs epoch e of its own plan and the rest
   of the longer ones is skipped (counted in ``skipped`` and in the report).
 - ``longest``: as many steps as the longest; each iterator walks through its
-  own epochs one after the other, so step s of group epoch e is batch
-  ``g = (e - 1) * steps + s`` of its stream of epochs (its epoch ``g // len + 1``,
-  step ``g % len``, each epoch clipped and shuffled as usual). Nothing is
-  skipped; a shorter iterator starts its next epoch (the cursor rule moves on
-  with it) inside the group's epoch.
+  own epochs one after the other, so after s steps of group epoch e it has
+  consumed ``g = (e - 1) * steps + s`` batches of its stream of epochs and
+  stands at its own epoch ``g // len + 1``, step ``g % len`` (each epoch
+  clipped and shuffled as usual). Nothing is skipped; a shorter iterator starts
+  its next epoch (the cursor rule moves on with it) inside the group's epoch.
 
 Both are deterministic in (seed, epoch, step), so a group resumes exactly from
-``(epoch, step)``.
+``(epoch, step)``. Its state (speechiter.state.GroupState) holds each
+iterator's state at that iterator's own position (``own_position``), and a
+state whose positions disagree with the group's (epoch, step) is refused.
 """
 import dataclasses
-from typing import Any, Dict, Iterator as PyIterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator as PyIterator, List, Mapping, Optional, Tuple, Union
 
 from speechiter.checks import check_choice, check_int
 from speechiter.config.groups import STEPS_POLICIES
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator
-from speechiter.state import STATE_VERSION, LoaderState
-
-KEY_POLICY = "steps"
-GROUP_KEYS = ("version", "epoch", "step", KEY_POLICY, "iterators")
+from speechiter.state import GroupState, LoaderState, check_step
 
 
 class IteratorGroup(dict):
@@ -43,6 +42,32 @@ class IteratorGroup(dict):
 def policy_of(group: Any) -> str:
     """The steps policy of a build_iterators() group value (``shortest`` unless set)."""
     return getattr(group, "steps", "shortest")
+
+
+def steps_per_epoch(sizes: Iterable[int], policy: str) -> int:
+    """A group's steps per epoch: its shortest or longest iterator's batches per epoch (``sizes``)."""
+    return min(sizes) if policy == "shortest" else max(sizes)
+
+
+def group_steps(group: Any) -> int:
+    """Steps per epoch of a build_iterators() group value (an Iterator or a group) under its policy."""
+    iterators = {None: group} if isinstance(group, Iterator) else group
+    return steps_per_epoch((len(iterator) for iterator in iterators.values()), policy_of(group))
+
+
+def stream_position(consumed: int, size: int) -> Tuple[int, int]:
+    """(own epoch, steps of it done) of an iterator of ``size`` batches per epoch after ``consumed`` batches
+    of its stream of epochs (under ``steps: longest``)."""
+    epoch, step = divmod(consumed, size)
+    return epoch + 1, step
+
+
+def own_position(epoch: int, step: int, size: int, steps: int, policy: str) -> Tuple[int, int]:
+    """Where an iterator of ``size`` batches per epoch stands when its group (``steps`` per epoch) has done
+    ``step`` steps of ``epoch`` (see NOTE [ Group steps ])."""
+    if policy == "shortest" or not size:
+        return epoch, step
+    return stream_position((epoch - 1) * steps + step, size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,16 +97,14 @@ class GroupLoader:
                 raise ConfigError(f"iterators.{name}", f"expected an Iterator, got {type(iterator).__name__}")
         self.iterators: Dict[Any, Iterator] = dict(group)
         self.policy: str = check_choice(policy_of(group) if steps is None else steps, "steps", STEPS_POLICIES)
-        sizes = [len(iterator) for iterator in self.iterators.values()]
-        self.steps = min(sizes) if self.policy == "shortest" else max(sizes)  # steps per epoch
+        self.steps = steps_per_epoch((len(iterator) for iterator in self.iterators.values()), self.policy)
         self.prefetch_next = prefetch_next
         self.loaders: Dict[Any, List] = {}
-        self._start_at(check_int(epoch, "epoch"), check_int(start_step, "start_step", minimum=0))
+        self.start_at(check_int(epoch, "epoch"), check_int(start_step, "start_step", minimum=0))
 
-    def _start_at(self, epoch: int, start_step: int):
-        if start_step > self.steps:
-            raise ConfigError("start_step", f"epoch {epoch} of the group has {self.steps} steps, "
-                                            f"got start_step={start_step}")
+    def start_at(self, epoch: int, start_step: int, where: str = "start_step"):
+        """Go to step ``start_step`` of ``epoch`` (a ConfigError at ``where`` past the epoch's end)."""
+        check_step(start_step, self.steps, epoch, where)
         self.epoch, self.start_step, self.step = epoch, start_step, start_step
 
     def __len__(self):
@@ -98,9 +121,9 @@ class GroupLoader:
         first, end = (self.epoch - 1) * self.steps + self.step, self.epoch * self.steps
         segments = []
         while first < end:
-            own_epoch, start = divmod(first, size)
+            own_epoch, start = stream_position(first, size)
             stop = min(size, start + end - first)
-            segments.append(Segment(own_epoch + 1, start, stop))
+            segments.append(Segment(own_epoch, start, stop))
             first += stop - start
         return segments
 
@@ -141,39 +164,30 @@ class GroupLoader:
                 stream.close()
 
     # --- state ----------------------------------------------------------------------
+    def state_at(self, epoch: int, step: int) -> GroupState:
+        """The group's state when ``step`` steps of ``epoch`` are done: each iterator at its own position."""
+        return GroupState(epoch, step, self.policy, {
+            str(name): LoaderState.of(it, *own_position(epoch, step, len(it), self.steps, self.policy))
+            for name, it in self.iterators.items()})
+
+    def state(self) -> GroupState:
+        """Where this group stands."""
+        return self.state_at(self.epoch, self.step)
+
+    def load_state(self, saved: GroupState, where: str = "state") -> None:
+        """Continue from ``saved``: the next step is the one after it. Raises a ConfigError (at ``where``)
+        if it belongs to another group or configuration, or its positions disagree."""
+        iterators = {str(name): it for name, it in self.iterators.items()}
+        saved.check_fits(self.state_at(saved.epoch, saved.step), iterators, self.steps, where)
+        self.start_at(saved.epoch, saved.step, f"{where}.step")
+
     def state_dict(self) -> Dict[str, Any]:
-        """Where this group stands: resume with :meth:`load_state_dict`."""
-        return {"version": STATE_VERSION, "epoch": self.epoch, "step": self.step, KEY_POLICY: self.policy,
-                "iterators": {str(name): LoaderState.of(it, self.epoch, self.step).to_dict()
-                              for name, it in self.iterators.items()}}
+        """Where this group stands (a GroupState as a dict): resume with :meth:`load_state_dict`."""
+        return self.state().to_dict()
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue from a saved state: the next step is the one after it.
-
-        Raises a ConfigError if the state is malformed or belongs to another group or configuration.
-        """
-        if not isinstance(state, dict):
-            raise ConfigError("state", f"expected a group state dict, got {type(state).__name__}")
-        unknown = sorted(set(state) - set(GROUP_KEYS))
-        missing = [key for key in GROUP_KEYS if key not in state]
-        if unknown or missing:
-            raise ConfigError("state", f"a group state has {', '.join(GROUP_KEYS)}; "
-                                       f"unknown keys: {', '.join(unknown) or '-'}; missing: {', '.join(missing) or '-'}")
-        if state["version"] != STATE_VERSION:
-            raise ConfigError("state.version", f"state version {state['version']!r} is not supported "
-                                               f"(expected {STATE_VERSION})")
-        if state[KEY_POLICY] != self.policy:
-            raise ConfigError("state.steps", f"saved with steps: {state[KEY_POLICY]}, this group has {self.policy}")
-        saved = state["iterators"]
-        names = sorted(str(name) for name in self.iterators)
-        if not isinstance(saved, dict) or sorted(saved) != names:
-            shown = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
-            raise ConfigError("state.iterators", f"saved for iterators {shown}, this group has {names}")
-        for name, iterator in self.iterators.items():
-            LoaderState.from_dict(saved[str(name)], f"state.iterators.{name}").check_fits(
-                iterator, f"state.iterators.{name}")
-        epoch = check_int(state["epoch"], "state.epoch")
-        self._start_at(epoch, check_int(state["step"], "state.step", minimum=0))
+        """Continue from a saved ``state_dict()``; a ConfigError if it is malformed or does not fit."""
+        self.load_state(GroupState.from_dict(state, "state"))
 
 
 def build_group_loader(iterators: Union[Iterator, Mapping[Any, Iterator]], epoch: int = 1, start_step: int = 0,

@@ -11,6 +11,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from speechiter.dump import to_numpy
+from speechiter.user_files import open_output
 
 
 class IteratorStats:
@@ -117,7 +118,8 @@ class RunReport:
                 "iterators": {name: s.as_dict() for name, s in self.iterators.items()}}
 
     def write(self, path: str, wall_s: float):
-        with open(path, "w", encoding="utf-8") as f:
+        """The --report JSON into ``path``."""
+        with open_output(path, "--report") as f:
             json.dump(self.as_dict(wall_s), f, indent=2)
             f.write("\n")
 

@@ -15,15 +15,15 @@ import traceback
 from typing import Dict, Optional
 
 from speechiter import interrupts
-from speechiter.build import build_iterators, close_all, flat_iterators, iterators_of
+from speechiter.build import build_iterators, close_all, flat_iterators
 from speechiter.config import iterator_label, load_config
 from speechiter.dump import DumpWriter, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
-from speechiter.group import GroupLoader, policy_of
-from speechiter.iterator.abs import Iterator
+from speechiter.group import GroupLoader, group_steps, policy_of
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
-from speechiter.state import LoaderState, RunState, check_step, fingerprint, read_json, write_json_atomic
+from speechiter.state import GroupState, RunState, fingerprint
+from speechiter.user_files import check_output, read_json, write_json_atomic
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -64,8 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-class Run:
-    """One run of the CLI over built iterators."""
+class CommandLineRun:
+    """One run of the command line over built iterators: the train epochs (with the valid group after
+    each) or the test sets, the report, the dump and the state file."""
 
     def __init__(self, args, iterators: Dict, rank: int = 0, world_size: int = 1):
         self.args = args
@@ -82,59 +83,56 @@ class Run:
             configs["train.steps"] = policy_of(iterators["train"])  # shortest keeps the saved fingerprints
         self.config_fingerprint = fingerprint(configs)
         self.settings = {label: it.config_summary for label, it in flat_iterators(iterators)}
+        self.resumed: Optional[GroupLoader] = None  # the train group where --resume put it
 
-    def state(self, epoch: int, step: int) -> RunState:
-        """The train run's state when ``step`` steps of ``epoch`` are done."""
-        train = iterators_of(self.iterators["train"])
-        loaders = {str(name): LoaderState.of(it, epoch, step) for name, it in train.items()}
-        return RunState(epoch=epoch, step=step, seed=self.args.seed, config=self.config_fingerprint, iterators=loaders,
-                        settings=self.settings)
+    def state(self, train: GroupState) -> RunState:
+        """The run's state with the train group at ``train``."""
+        return RunState(seed=self.args.seed, config=self.config_fingerprint, train=train, settings=self.settings)
 
     def resume(self, path: str):
-        """Set start_epoch / start_step from a --save_state file, after checking it fits this run."""
+        """Continue from a --save_state file: the train group loads its state, after checking it fits this run."""
         path = rank_path(path, self.rank) if self.args.distributed else path
         saved = RunState.from_dict(read_json(path, "--resume"), "--resume")
-        saved.check_fits(self.state(saved.epoch, saved.step), "--resume", path)
-        train = iterators_of(self.iterators["train"])
-        for name, it in train.items():
-            where = f"--resume {path}: iterator {name or 'train'}"
-            if str(name) not in saved.iterators:
-                raise ConfigError(where, f"missing from the state, which has {', '.join(saved.iterators) or 'none'}")
-            saved.iterators[str(name)].check_fits(it, where)
-        check_step(saved.step, min(len(it) for it in train.values()), saved.epoch, "--resume.step")
+        train = GroupLoader(self.iterators["train"])
+        saved.check_fits(self.state(train.state_at(saved.epoch, saved.step)), "--resume", path)
+        train.load_state(saved.train, f"--resume {path}: train")
         if saved.epoch > self.args.epochs:
             print(f"speechiter: {path} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
                   file=sys.stderr)
-        self.args.start_epoch, self.args.start_step = saved.epoch, saved.step
+        self.resumed = train
 
-    def save_state(self, epoch: int, step: int):
+    def save_state(self, train: GroupState):
         if self.state_path:
-            write_json_atomic(self.state_path, self.state(epoch, step).to_dict())
+            write_json_atomic(self.state_path, self.state(train).to_dict())
+
+    def first_train_loader(self) -> GroupLoader:
+        """The train group at --resume's position, else at --start_epoch / --start_step."""
+        if self.resumed is not None:
+            return self.resumed
+        loader = GroupLoader(self.iterators["train"], self.args.start_epoch)
+        loader.start_at(self.args.start_epoch, self.args.start_step, "--start_step")  # never skip the rest silently
+        return loader
 
     def train(self):
-        args = self.args
-        sizes = [len(it) for it in iterators_of(self.iterators["train"]).values()]
-        steps = max(sizes) if policy_of(self.iterators["train"]) == "longest" else min(sizes)  # the group's epoch
-        check_step(args.start_step, steps, args.start_epoch, "--start_step")  # never skip the rest silently
-        for epoch in range(args.start_epoch, args.epochs + 1):
-            last = epoch == args.epochs
-            start_step = args.start_step if epoch == args.start_epoch else 0
-            self.run_group("train", None, self.iterators["train"], epoch, start_step, prefetch_next=not last)
+        first = self.first_train_loader()
+        for epoch in range(first.epoch, self.args.epochs + 1):
+            last = epoch == self.args.epochs
+            loader = first if epoch == first.epoch else GroupLoader(self.iterators["train"], epoch)
+            loader.prefetch_next = not last
+            self.run_group("train", None, loader)
             if "valid" in self.iterators:
-                self.run_group("valid", None, self.iterators["valid"], epoch, 0, prefetch_next=not last)
-            self.save_state(epoch + 1, 0)
+                self.run_group("valid", None, GroupLoader(self.iterators["valid"], epoch, prefetch_next=not last))
+            self.save_state(loader.state_at(epoch + 1, 0))
 
     def test(self):
         for set_name, value in self.iterators["test"].items():
-            self.run_group("test", set_name, value, 1, self.args.start_step, prefetch_next=False)
+            start_step = min(self.args.start_step, group_steps(value))
+            self.run_group("test", set_name, GroupLoader(value, 1, start_step, prefetch_next=False))
 
-    def run_group(self, group: str, set_name: Optional[str], value, epoch: int, start_step: int,
-                  prefetch_next: bool):
-        """Step through the iterators of one group or test set together, ``start_step`` on."""
-        iterators: Dict[Optional[str], Iterator] = iterators_of(value)
+    def run_group(self, group: str, set_name: Optional[str], loader: GroupLoader):
+        """Step through the iterators of one group or test set together, from where ``loader`` stands."""
+        iterators, epoch = loader.iterators, loader.epoch
         label = iterator_label(group, set_name)
-        loader = GroupLoader(iterators, epoch, min(start_step, _steps(value)), steps=policy_of(value),
-                             prefetch_next=prefetch_next)
         stats = {name: self.report.stats(iterator_label(group, set_name, name), it)
                  for name, it in iterators.items()}
         if len(iterators) > 1 and not self.args.quiet:
@@ -156,7 +154,7 @@ class Run:
                         self.dump.write(group, set_name, name, epoch, loader.step, ids, batch)
                 progress.update(1)
                 if group == "train":
-                    self.save_state(epoch, loader.step)
+                    self.save_state(loader.state())
         finally:
             progress.close()
         elapsed = time.perf_counter() - started  # each iterator's own time: see report.py
@@ -172,14 +170,8 @@ class Run:
             self.dump.close()
 
 
-def _steps(value) -> int:
-    """Steps per epoch of a group value under its policy."""
-    sizes = [len(it) for it in iterators_of(value).values()]
-    return min(sizes) if policy_of(value) == "shortest" else max(sizes)
-
-
 def _ids(batch, loader: GroupLoader, name) -> list:
-    """A batch's ids: ``batch.ids`` (see NOTE [ Batch attributes ]), or, for a collate that returns no dict,
+    """A batch's ids: ``batch.ids`` (see NOTE [ Batch attributes ] in speechiter/batch.py), or, for a collate that returns no dict,
     the plan's."""
     ids = getattr(batch, "ids", None)
     if ids is not None:
@@ -199,6 +191,7 @@ def run(args) -> int:
     mode = args.mode or ("train" if "train" in data_cfg else "test")
     if mode not in data_cfg:
         raise ConfigError("data_cfg", f"--mode {mode} needs a {mode} group; the file has {', '.join(data_cfg)}")
+    _check_outputs(args)
     rank, world_size = _init_distributed(args) if args.distributed else (0, 1)
     groups = ("train", "valid") if mode == "train" else ("test",)
     explicit_workers = args.num_workers
@@ -207,7 +200,7 @@ def run(args) -> int:
                                 engine=args.engine, thread_type=args.thread_type, out_type=args.out_type,
                                 start_method=args.start_method,
                                 ngpu=args.ngpu, rank=rank, world_size=world_size)
-    run_ = Run(args, iterators, rank, world_size)
+    run_ = CommandLineRun(args, iterators, rank, world_size)
     try:
         if args.plot and rank == 0:
             plot_plans(list(flat_iterators(iterators)), args.plot, args.start_epoch)
@@ -227,6 +220,15 @@ def run(args) -> int:
         for line in run_.report.notes():
             print(line)
     return 0
+
+
+def _check_outputs(args):
+    """Every file the run will write can be written, before anything runs (see NOTE [ User-given files ]
+    in speechiter/user_files.py)."""
+    for option in ("save_state", "dump_batches", "report", "plot"):
+        path = getattr(args, option)
+        if path:
+            check_output(path, f"--{option}", streams=option != "save_state")
 
 
 def _apply_exp_settings(args, settings: dict, mode: str):
@@ -251,7 +253,7 @@ def _init_distributed(args):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    with interrupts.installed():  # NOTE [ Swallowed Ctrl-C ]
+    with interrupts.installed():  # See NOTE [ Swallowed Ctrl-C ] in speechiter/interrupts.py
         return _main(args)
 
 

@@ -1,27 +1,36 @@
-"""Resumable state: what a loader or a run must remember to continue exactly.
+"""Resumable state: what a loader, a group or a run must remember to continue exactly.
 
-A state is a small frozen record: the epoch, the next step, the seed, and
-fingerprints of the configuration and of the batching view, with a readable
-summary of the settings (``settings``, since version 2) so that a mismatch can
-say ``batch_len: saved 480000, now 160000`` instead of two hashes. ``to_dict``
-gives the JSON-able form (the keys below); ``from_dict`` checks a saved dict
-(version 1 files, without ``settings``, still load) and raises a ConfigError
-naming the bad key; ``check_fits`` says what differs from the current setup. The Python API (``Loader.state_dict``)
-and the CLI (``--save_state`` / ``--resume``) share these records.
-Resuming costs O(1): the plan is recomputed and cut at the step; no skipped
-batch is read.
+States nest by level, each a small frozen record with a version:
+
+- ``LoaderState``: one iterator at (epoch, step), its seed, and fingerprints of
+  its configuration and batching view, with a readable summary of the settings
+  (``settings``) so that a mismatch says ``batch_len: saved 480000, now 160000``
+  instead of two hashes;
+- ``GroupState``: a group (speechiter.group) at (epoch, step) under its
+  ``steps`` policy, with each iterator's LoaderState at that iterator's own
+  position (see NOTE [ Group steps ] in speechiter/group.py), checked to agree;
+- ``RunState``: a CLI train run: mode, seed, the run's configuration, and the
+  train group's GroupState.
+
+``to_dict`` gives the JSON-able form (the keys below); ``from_dict`` checks a
+saved dict and raises a ConfigError naming the bad key; ``check_fits`` says what
+differs from the current setup. Versions: 1 has no settings summaries; in 2 a
+group's iterator states hold the group's (epoch, step) and a run state is flat
+(``epoch``, ``step``, ``iterators`` beside ``seed``); both still load. The
+Python API (``Loader`` / ``GroupLoader.state_dict``) and the CLI
+(``--save_state`` / ``--resume``) share these records. Resuming costs O(1):
+the plan is recomputed and cut at the step; no skipped batch is read.
 """
 import dataclasses
-import hashlib
-import json
-import os
 from typing import Any, Dict, List, Optional, Protocol, runtime_checkable
 
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
+# fingerprint, settings_summary and view_fingerprint are imported from here too (speechiter.iterator.abs)
+from speechiter.fingerprints import fingerprint, settings_summary, summary_differences, view_fingerprint
 
-STATE_VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)  # 1: no settings summary
+STATE_VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)  # 1: no settings summary; 2: group positions and a flat run state (see above)
 KEY_VERSION = "version"
 KEY_NAME = "iterator"
 KEY_EPOCH = "epoch"
@@ -32,14 +41,19 @@ KEY_VIEW = "view"
 KEY_BATCHES = "batches"
 KEY_MODE = "mode"
 KEY_ITERATORS = "iterators"
+KEY_POLICY = "steps"
+KEY_GROUP = "train"  # the train group's state in a run state
 KEY_SETTINGS = "settings"  # optional: absent in version 1 files
 LOADER_KEYS = (KEY_VERSION, KEY_NAME, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_VIEW, KEY_BATCHES)
-RUN_KEYS = (KEY_VERSION, KEY_MODE, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_ITERATORS)
+GROUP_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_STEP, KEY_POLICY, KEY_ITERATORS)
+RUN_KEYS = (KEY_VERSION, KEY_MODE, KEY_SEED, KEY_CONFIG, KEY_GROUP)
+FLAT_RUN_KEYS = (KEY_VERSION, KEY_MODE, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_ITERATORS)  # versions 1, 2
 #: the largest epoch a state may hold (the epoch seeds a 32-bit shuffle)
 MAX_EPOCH = 2 ** 31 - 1
-#: settings summaries: at most this many entries, values of at most this many JSON characters
-SUMMARY_ENTRIES = 64
-SUMMARY_VALUE_CHARS = 100
+_INT_KEYS = (KEY_SEED, KEY_BATCHES)
+_STR_KEYS = (KEY_CONFIG, KEY_MODE, KEY_NAME, KEY_VIEW, KEY_POLICY)
+__all__ = ["STATE_VERSION", "Stateful", "LoaderState", "GroupState", "RunState", "check_step", "fingerprint",
+           "settings_summary", "summary_differences", "view_fingerprint"]
 
 
 @runtime_checkable
@@ -55,52 +69,6 @@ class Stateful(Protocol):
         ...
 
 
-def fingerprint(value: Any) -> str:
-    """A short stable digest of a JSON-able value."""
-    text = json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
-
-
-def view_fingerprint(batches: List[List[str]]) -> str:
-    """A digest of a batching view (ids and batch boundaries)."""
-    digest = hashlib.blake2b(digest_size=8)
-    for batch in batches:
-        digest.update("\x1f".join(batch).encode("utf-8"))
-        digest.update(b"\x1e")
-    return digest.hexdigest()
-
-
-def settings_summary(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """A small readable form of an iterator's settings: ``{dotted key: JSON value}``.
-
-    Nested mappings are flattened (``dataset_conf.main_data.feat``), the
-    ``iter_conf`` options sit at top level (``batch_len``) as in the YAML conf;
-    a long value, or what is left past SUMMARY_ENTRIES, becomes a digest.
-    """
-    flat: Dict[str, Any] = {}
-
-    def add(key: str, value: Any) -> None:
-        if isinstance(value, dict) and len(flat) + len(value) <= SUMMARY_ENTRIES:
-            for name, item in value.items():
-                add(f"{key}.{name}" if key else str(name), item)
-        else:
-            text = json.dumps(value, sort_keys=True, default=str)
-            short = len(text) <= SUMMARY_VALUE_CHARS
-            flat[key or "conf"] = json.loads(text) if short else f"digest {fingerprint(value)}"
-
-    for key, value in settings.items():
-        add("" if key == "iter_conf" else key, value)
-    return flat
-
-
-def summary_differences(saved: Dict[str, Any], now: Dict[str, Any], prefix: str = "") -> List[str]:
-    """``["batch_len: saved 480000, now 160000", ...]`` between two settings summaries."""
-    def shown(summary: Dict[str, Any], key: str) -> str:
-        return json.dumps(summary[key], sort_keys=True) if key in summary else "unset"
-    return [f"{prefix}{key}: saved {shown(saved, key)}, now {shown(now, key)}"
-            for key in sorted(set(saved) | set(now)) if shown(saved, key) != shown(now, key)]
-
-
 def _check_settings(value: Any, where: str, nested: bool = False) -> Any:
     """An optional settings summary: a mapping (of mappings when ``nested``) or null."""
     if value is None:
@@ -110,11 +78,12 @@ def _check_settings(value: Any, where: str, nested: bool = False) -> Any:
     return value
 
 
-def _check_layout(data: Any, keys: tuple, where: str, what: str) -> Dict[str, Any]:
-    """The dict ``data`` with exactly ``keys`` (and maybe ``settings``) and a supported version, else ConfigError."""
+def _check_layout(data: Any, keys: tuple, where: str, what: str, optional: tuple = (KEY_SETTINGS,)) -> Dict[str, Any]:
+    """The dict ``data`` with exactly ``keys`` (and maybe ``optional``), a supported version and values of
+    the right kinds, else ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError(where, f"expected a state dict, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(keys) - {KEY_SETTINGS})
+    unknown = sorted(set(data) - set(keys) - set(optional))
     if unknown:
         shown = ", ".join(key if key.isidentifier() else repr(key) for key in map(str, unknown))
         raise ConfigError(where, f"unknown keys {shown}; {what} has {', '.join(keys)}"[:300])
@@ -124,31 +93,45 @@ def _check_layout(data: Any, keys: tuple, where: str, what: str) -> Dict[str, An
     version = data[KEY_VERSION]
     if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
         raise ConfigError(f"{where}.{KEY_VERSION}", f"state version {version!r} is not supported (expected "
-                                                    f"{' or '.join(map(str, SUPPORTED_VERSIONS))})")
-    epoch = check_int(data[KEY_EPOCH], f"{where}.{KEY_EPOCH}", minimum=1)
-    if epoch > MAX_EPOCH:
-        raise ConfigError(f"{where}.{KEY_EPOCH}", f"expected at most {MAX_EPOCH}, got {epoch}")
-    for key in (KEY_SEED, KEY_CONFIG, KEY_MODE, KEY_NAME, KEY_VIEW, KEY_BATCHES):
-        if key in keys and not isinstance(data[key], int if key in (KEY_SEED, KEY_BATCHES) else str):
-            kind = "an integer" if key in (KEY_SEED, KEY_BATCHES) else "a string"
+                                                    f"{', '.join(map(str, SUPPORTED_VERSIONS[:-1]))} or "
+                                                    f"{SUPPORTED_VERSIONS[-1]})")
+    fields = dict(data)
+    if KEY_EPOCH in keys:
+        fields[KEY_EPOCH] = check_int(data[KEY_EPOCH], f"{where}.{KEY_EPOCH}", minimum=1)
+        if fields[KEY_EPOCH] > MAX_EPOCH:
+            raise ConfigError(f"{where}.{KEY_EPOCH}", f"expected at most {MAX_EPOCH}, got {fields[KEY_EPOCH]}")
+    if KEY_STEP in keys:
+        fields[KEY_STEP] = check_int(data[KEY_STEP], f"{where}.{KEY_STEP}", minimum=0)
+    for key in keys:
+        if key in _INT_KEYS + _STR_KEYS and not isinstance(data[key], int if key in _INT_KEYS else str):
+            kind = "an integer" if key in _INT_KEYS else "a string"
             raise ConfigError(f"{where}.{key}", f"expected {kind}, got {data[key]!r}"[:200])
-    return dict(data, **{KEY_EPOCH: epoch, KEY_STEP: check_int(data[KEY_STEP], f"{where}.{KEY_STEP}", minimum=0)})
+    return fields
+
+
+def _loader_states(value: Any, where: str) -> Dict[str, "LoaderState"]:
+    """``{name: LoaderState}`` from a saved ``iterators`` mapping."""
+    if not isinstance(value, dict):
+        raise ConfigError(where, f"expected a mapping of iterator states, got {type(value).__name__}")
+    return {str(name): LoaderState.from_dict(state, f"{where}.{name}") for name, state in value.items()}
 
 
 def _differences(saved: Any, current: Any, labels: Dict[str, str]) -> List[str]:
-    """What differs, by label; a different config is told setting by setting when both have a summary
-    (and then a different batching view goes without saying)."""
+    """What differs, by label. A different config is told setting by setting when both have a summary;
+    a digest (config, view) goes without saying once a difference is told. A value the saved state
+    does not hold (None: an older version) is not compared."""
     found, told = [], False
     for key, label in labels.items():
         before, now = getattr(saved, key), getattr(current, key)
-        if before == now or key == KEY_VIEW and told:
+        if before == now or before is None:
             continue
         if key == KEY_CONFIG:
             settings = _settings_differences(saved.settings, current.settings)
-            if settings:
-                found, told = found + settings, True
-                continue
+            found, told = found + settings, told or bool(settings)
+        if key in (KEY_CONFIG, KEY_VIEW) and told:
+            continue
         found.append(f"{label}: saved {before!r}, now {now!r}")
+        told = told or key == KEY_POLICY
     return found
 
 
@@ -194,53 +177,106 @@ class LoaderState:
         fields[KEY_SETTINGS] = _check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}")
         return cls(**fields)
 
-    def check_fits(self, iterator, where: str = "state") -> None:
-        """Raise a ConfigError naming every difference from ``iterator``'s current setup,
-        or if the step is past the end of the epoch."""
+    def check_setup(self, iterator, where: str = "state") -> None:
+        """Raise a ConfigError naming every difference from ``iterator``'s current setup."""
         labels = {KEY_NAME: "iterator", KEY_SEED: "seed", KEY_CONFIG: "configuration", KEY_VIEW: "batching view",
                   KEY_BATCHES: "number of batches"}
         differences = _differences(self, LoaderState.of(iterator, self.epoch, self.step), labels)
         if differences:
             raise ConfigError(where, "the state was saved with a different setup (" + "; ".join(differences) + ")")
+
+    def check_fits(self, iterator, where: str = "state") -> None:
+        """check_setup, and raise a ConfigError if the step is past the end of the epoch."""
+        self.check_setup(iterator, where)
         check_step(self.step, len(iterator), self.epoch, f"{where}.{KEY_STEP}")
 
 
 @dataclasses.dataclass(frozen=True)
-class RunState:
-    """Where a CLI train run stands, with the state of each train iterator (keyed by name, "None" for one)."""
+class GroupState:
+    """Where a group stands: ``step`` steps of its ``epoch`` done under its ``steps`` policy; each
+    iterator's state is at that iterator's own position (see NOTE [ Group steps ] in speechiter/group.py)."""
 
     epoch: int
     step: int
-    seed: int
-    config: str  # fingerprint of every iterator's configuration
-    iterators: Dict[str, LoaderState]
-    mode: str = "train"
-    settings: Optional[Dict[str, Dict[str, Any]]] = None  # {label: settings_summary} of every iterator of the run
+    steps: Optional[str]  # the policy; None in a version 1 or 2 run state (its config fingerprint holds it)
+    iterators: Dict[str, LoaderState]  # by str(name): "None" for a lone Iterator
     version: int = STATE_VERSION
 
     def to_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
+    def from_dict(cls, data: Any, where: str = "state") -> "GroupState":
+        fields = _check_layout(data, GROUP_KEYS, where, "a group state", optional=())
+        fields[KEY_ITERATORS] = _loader_states(fields[KEY_ITERATORS], f"{where}.{KEY_ITERATORS}")
+        return cls(**fields)
+
+    def check_fits(self, current: "GroupState", iterators: Dict[str, Any], steps: int, where: str = "state") -> None:
+        """Raise a ConfigError unless this state fits the group whose state at (epoch, step) is ``current``:
+        the same policy and iterators (``{str(name): Iterator}``, each with the same setup), the step
+        within the epoch's ``steps``, and each iterator's saved position the one the group's implies."""
+        if self.steps is not None and self.steps != current.steps:
+            raise ConfigError(f"{where}.{KEY_POLICY}", f"saved with steps: {self.steps}, "
+                                                       f"this group has {current.steps}")
+        if sorted(self.iterators) != sorted(iterators):
+            raise ConfigError(f"{where}.{KEY_ITERATORS}", f"saved for iterators {sorted(self.iterators)}, "
+                                                          f"this group has {sorted(iterators)}")
+        for name, iterator in iterators.items():
+            self.iterators[name].check_setup(iterator, f"{where}.{KEY_ITERATORS}.{name}")
+        check_step(self.step, steps, self.epoch, f"{where}.{KEY_STEP}")
+        for name, saved in self.iterators.items():
+            # version 2 saved the group's position in every iterator's state
+            expected = current.iterators[name] if self.version >= 3 else self
+            if (saved.epoch, saved.step) != (expected.epoch, expected.step):
+                raise ConfigError(f"{where}.{KEY_ITERATORS}.{name}", f"at epoch {saved.epoch} step {saved.step}, "
+                                  f"but the group's epoch {self.epoch} step {self.step} puts it at epoch "
+                                  f"{expected.epoch} step {expected.step}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunState:
+    """Where a CLI train run stands: its mode, seed and configuration, and the train group's state."""
+
+    seed: int
+    config: str  # fingerprint of every iterator's configuration
+    train: GroupState
+    mode: str = "train"
+    settings: Optional[Dict[str, Dict[str, Any]]] = None  # {label: settings_summary} of every iterator of the run
+    version: int = STATE_VERSION
+
+    @property
+    def epoch(self) -> int:
+        return self.train.epoch
+
+    @property
+    def step(self) -> int:
+        return self.train.step
+
+    @property
+    def steps(self) -> Optional[str]:
+        return self.train.steps
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "RunState":
-        fields = _check_layout(data, RUN_KEYS, where, "a run state")
-        iterators = fields[KEY_ITERATORS]
-        if not isinstance(iterators, dict):
-            raise ConfigError(f"{where}.{KEY_ITERATORS}", f"expected a mapping of iterator states, "
-                                                          f"got {type(iterators).__name__}")
-        fields[KEY_ITERATORS] = {str(name): LoaderState.from_dict(state, f"{where}.{KEY_ITERATORS}.{name}")
-                                 for name, state in iterators.items()}
-        for name, state in fields[KEY_ITERATORS].items():  # the run saves one (epoch, step) for all
-            for key in (KEY_EPOCH, KEY_STEP):
-                if getattr(state, key) != fields[key]:
-                    raise ConfigError(f"{where}.{KEY_ITERATORS}.{name}.{key}", f"is {getattr(state, key)} but the "
-                                      f"run's {key} is {fields[key]}; they must be equal")
+        flat = isinstance(data, dict) and type(data.get(KEY_VERSION)) is int and data[KEY_VERSION] in (1, 2)
+        fields = _check_layout(data, FLAT_RUN_KEYS if flat else RUN_KEYS, where, "a run state")
+        if flat:  # versions 1 and 2: the train group's fields beside the run's
+            iterators = _loader_states(fields.pop(KEY_ITERATORS), f"{where}.{KEY_ITERATORS}")
+            fields[KEY_GROUP] = GroupState(fields.pop(KEY_EPOCH), fields.pop(KEY_STEP), None, iterators,
+                                           version=fields[KEY_VERSION])
+        else:
+            fields[KEY_GROUP] = GroupState.from_dict(fields[KEY_GROUP], f"{where}.{KEY_GROUP}")
         fields[KEY_SETTINGS] = _check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}", nested=True)
         return cls(**fields)
 
     def check_fits(self, current: "RunState", where: str, source: str) -> None:
-        """Raise a ConfigError unless ``current`` (this run) is the run that saved this state."""
-        differences = _differences(self, current, {KEY_MODE: KEY_MODE, KEY_SEED: KEY_SEED, KEY_CONFIG: KEY_CONFIG})
+        """Raise a ConfigError unless ``current`` (this run) is the run that saved this state
+        (its groups are checked by GroupState.check_fits)."""
+        differences = _differences(self, current, {KEY_MODE: KEY_MODE, KEY_SEED: KEY_SEED, KEY_POLICY: KEY_POLICY,
+                                                   KEY_CONFIG: KEY_CONFIG})
         if differences:
             raise ConfigError(where, f"{source} was saved by a different run ({'; '.join(differences)})")
 
@@ -249,23 +285,3 @@ def check_step(step: int, steps: int, epoch: int, where: str) -> None:
     """A saved step is at most the epoch's number of steps (``steps``: the epoch is done)."""
     if step > steps:
         raise ConfigError(where, f"epoch {epoch} has {steps} steps, got step {step}")
-
-
-def write_json_atomic(path: str, value: Dict[str, Any]):
-    """Write JSON so that a reader never sees a half-written file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, sort_keys=True)
-    os.replace(tmp, path)
-
-
-def read_json(path: str, where: str) -> Dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(where, f"no such state file: {path}") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(where, f"cannot read state file {path}: {' '.join(str(e).split())}") from None
-    except RecursionError:
-        raise ConfigError(where, f"cannot read state file {path}: nested too deeply") from None

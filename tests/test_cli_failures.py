@@ -12,7 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from speechiter.errors import ConfigError
 from speechiter.run import main
+from speechiter.user_files import read_json
 from tests.conftest import _make_corpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,7 +188,7 @@ def run_main(capsys, recipe, *args):
 
 @pytest.fixture(scope="module")
 def saved_state(tmp_path_factory):
-    """A recipe and the state its run saved after epoch 1 (``{"epoch": 2, "step": 0, ...}``)."""
+    """A recipe and the state its run saved after epoch 1 (``{"train": {"epoch": 2, "step": 0, ...}, ...}``)."""
     tmp_path = tmp_path_factory.mktemp("saved")
     recipe = write_recipe(tmp_path, _make_corpus(tmp_path / "corpus"))
     state = tmp_path / "state.json"
@@ -195,24 +197,43 @@ def saved_state(tmp_path_factory):
 
 
 def edited(saved, **changes):
+    """The state with the train group's (and its iterator's) ``epoch`` / ``step`` or other keys changed."""
     state = copy.deepcopy(saved)
     for key, value in changes.items():
-        state[key] = value
+        state["train"][key] = value
         if key in ("epoch", "step"):
-            state["iterators"]["None"][key] = value
+            state["train"]["iterators"]["None"][key] = value
+    return state
+
+
+def flat(saved, version=2):
+    """The state in the layout versions 1 and 2 wrote: the train group's fields beside the run's."""
+    state = copy.deepcopy(saved)
+    group = state.pop("train")
+    state.update(version=version, epoch=group["epoch"], step=group["step"], iterators=group["iterators"])
+    for iterator in state["iterators"].values():
+        iterator["version"] = version
+        if version == 1:
+            del iterator["settings"]
+    if version == 1:
+        del state["settings"]
     return state
 
 
 @pytest.mark.parametrize("state, message", [
-    (lambda s: edited(s, epoch=0), "--resume.epoch: expected a positive integer, got 0"),
-    (lambda s: edited(s, step=11), "iterator train.step: epoch 2 has 10 steps, got step 11"),
-    (lambda s: edited(s, step="7"), "--resume.step: expected a non-negative integer, got '7'"),
+    (lambda s: edited(s, epoch=0), "--resume.train.epoch: expected a positive integer, got 0"),
+    (lambda s: edited(s, step=11), ": train.step: epoch 2 has 10 steps, got step 11"),
+    (lambda s: edited(s, step="7"), "--resume.train.step: expected a non-negative integer, got '7'"),
     (lambda s: [s], "--resume: expected a state dict, got list"),
-    (lambda s: dict(s, iterators={"None": dict(s["iterators"]["None"], step=4)}),
-     "--resume.iterators.None.step: is 4 but the run's step is 0"),
-    (lambda s: dict(s, iterators={}), "iterator train: missing from the state, which has none"),
+    (lambda s: edited(s, iterators={"None": dict(s["train"]["iterators"]["None"], step=4)}),
+     ": train.iterators.None: at epoch 2 step 4, but the group's epoch 2 step 0 puts it at epoch 2 step 0"),
+    (lambda s: edited(s, iterators={}), ": train.iterators: saved for iterators [], this group has ['None']"),
     (lambda s: dict(s, settings={"train": 1}), "--resume.settings: expected a mapping of iterator settings"),
-], ids=["epoch-0", "step-past-the-end", "step-string", "list", "iterator-step", "no-iterators", "settings"])
+    (lambda s: dict(flat(s), iterators={"None": dict(s["train"]["iterators"]["None"], version=2, step=4)}),
+     ": train.iterators.None: at epoch 2 step 4, but the group's epoch 2 step 0 puts it at epoch 2 step 0"),
+    (lambda s: dict(s, version=2), "--resume: unknown keys train; a run state has version, mode, epoch, step"),
+], ids=["epoch-0", "step-past-the-end", "step-string", "list", "iterator-step", "no-iterators", "settings",
+        "version-2-iterator-step", "version-2-nested"])
 def test_malformed_or_impossible_state_is_exit_2_naming_the_field(tmp_path, capsys, saved_state, state, message):
     recipe, saved = saved_state
     path = tmp_path / "state.json"
@@ -229,7 +250,7 @@ def test_hand_edited_state_through_the_cli_is_one_line_exit_2(tmp_path, saved_st
     path.write_text(json.dumps(edited(saved, step=11)))
     returncode, stderr = run_cli(recipe, "--resume", path, "--epochs", 2)
     assert returncode == 2, stderr
-    assert stderr == f"speechiter: error: --resume {path}: iterator train.step: epoch 2 has 10 steps, got step 11\n"
+    assert stderr == f"speechiter: error: --resume {path}: train.step: epoch 2 has 10 steps, got step 11\n"
 
 
 def test_resume_says_which_settings_changed(tmp_path, capsys, saved_state):
@@ -243,13 +264,11 @@ def test_resume_says_which_settings_changed(tmp_path, capsys, saved_state):
                                    "saved 2, now 3; configuration of valid: shuffle: saved true, now false)")
 
 
-def test_resume_of_a_version_1_state_still_works(tmp_path, capsys, saved_state):
+@pytest.mark.parametrize("version", [1, 2])
+def test_resume_of_a_version_1_or_2_state_still_works(tmp_path, capsys, saved_state, version):
     recipe, saved = saved_state
-    saved = copy.deepcopy(saved)
-    del saved["settings"], saved["iterators"]["None"]["settings"]
-    saved["version"] = saved["iterators"]["None"]["version"] = 1
     path, dump = tmp_path / "state.json", tmp_path / "dump.jsonl"
-    path.write_text(json.dumps(saved))
+    path.write_text(json.dumps(flat(saved, version)))
     returncode, stderr = run_main(capsys, recipe, "--resume", path, "--epochs", 2, "--dump_batches", dump)
     assert returncode == 0, stderr
     assert {json.loads(line)["epoch"] for line in dump.read_text().splitlines()} == {2}
@@ -269,3 +288,71 @@ def test_start_step_past_the_end_of_the_epoch_is_refused(capsys, saved_state):
     returncode, stderr = run_main(capsys, recipe, "--start_epoch", 2, "--epochs", 2, "--start_step", 11)
     assert returncode == 2, stderr
     assert stderr == "speechiter: error: --start_step: epoch 2 has 10 steps, got step 11\n"
+
+
+def run_bounded(recipe, *args, timeout=60):
+    """``python -m speechiter.run`` in a subprocess that must end within ``timeout``: (exit code, stderr)."""
+    proc = start_cli(recipe, "--num_workers", 0, *args)
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"the run did not end within {timeout} s: {args}")
+    return proc.returncode, stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "missing", "not-utf8"])
+def test_resume_path_that_is_not_a_state_file_is_one_line_exit_2(tmp_path, saved_state, kind):
+    recipe, _ = saved_state
+    path = {"fifo": tmp_path / "fifo", "dev-zero": Path("/dev/zero"), "folder": tmp_path,
+            "missing": tmp_path / "none.json", "not-utf8": tmp_path / "state.json"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)  # reading it would wait for a writer forever
+    if kind == "not-utf8":
+        path.write_bytes(b"\xff\xfe{}")
+    returncode, stderr = run_bounded(recipe, "--resume", path, "--epochs", 2)
+    expected = {"fifo": f"{path}: is a FIFO (named pipe), expected a state file",
+                "dev-zero": f"{path}: is a character device, expected a state file",
+                "folder": f"{path}: is a folder, expected a state file", "missing": f"no such state file: {path}",
+                "not-utf8": f"cannot read state file {path}: 'utf-8' codec can't decode byte 0xff in position 0: "
+                            "invalid start byte"}[kind]
+    assert (returncode, stderr) == (2, f"speechiter: error: --resume: {expected}\n")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("option", ["--save_state", "--dump_batches", "--report"])
+def test_output_into_a_missing_folder_or_onto_a_folder_is_one_line_exit_2(tmp_path, saved_state, option):
+    recipe, _ = saved_state
+    path = tmp_path / "missing" / "out.json"
+    returncode, stderr = run_bounded(recipe, option, path)
+    assert (returncode, stderr) == (2, f"speechiter: error: {option}: cannot write {path}: the folder "
+                                       f"{path.parent} does not exist\n")
+    returncode, stderr = run_bounded(recipe, option, tmp_path)
+    assert (returncode, stderr) == (2, f"speechiter: error: {option}: cannot write {tmp_path}: it is a folder\n")
+
+
+@pytest.mark.timeout(120)
+def test_streams_as_outputs(tmp_path, saved_state):
+    """--dump_batches and --report may be streams (a FIFO with no reader is refused, not waited on);
+    a state file may not: it is replaced whole at every step."""
+    recipe, _ = saved_state
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    returncode, stderr = run_bounded(recipe, "--dump_batches", fifo)
+    assert (returncode, stderr) == (2, f"speechiter: error: --dump_batches: cannot write {fifo}: "
+                                       f"a FIFO with no reader\n")
+    returncode, stderr = run_bounded(recipe, "--save_state", "/dev/null")
+    assert (returncode, stderr) == (2, "speechiter: error: --save_state: cannot write /dev/null: "
+                                       "it is not a regular file\n")
+    returncode, stderr = run_bounded(recipe, "--dump_batches", "/dev/null", "--report", "/dev/null")
+    assert returncode == 0, stderr
+
+
+def test_a_state_file_larger_than_the_limit_is_refused(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"pad": "x" * 100}))
+    with pytest.raises(ConfigError, match=rf"^--resume: {path}: larger than 64 bytes, expected a state file$"):
+        read_json(str(path), "--resume", limit=64)
+    assert read_json(str(path), "--resume") == {"pad": "x" * 100}

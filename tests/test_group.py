@@ -1,5 +1,8 @@
 """Groups of iterators: steps shortest/longest, GroupLoader state, skipped counts in summary and report."""
 import json
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -9,10 +12,11 @@ from speechiter.errors import ConfigError
 from speechiter.group import GroupLoader, IteratorGroup, build_group_loader
 from speechiter.iterator.abs import Iterator
 from tests.test_loop import handbook_code, run_example
-from tests.test_run import read_dump, run_cli
+from tests.test_run import REPO, read_dump, run_cli
 
 
-def write_semi(tmp_path, corpus, steps=None):
+def write_semi(tmp_path, corpus, steps=None, batch_size=2, unsup_type="speech_text.SpeechTextDataset"):
+    """sup: 3 of the corpus's 12 utterances, unsup: all 12; ``batch_size`` 1 makes a 3-step + 12-step group."""
     policy = f"  steps: {steps}\n" if steps else ""
     cfg = tmp_path / "semi.yaml"
     cfg.write_text(textwrap.dedent(f"""\
@@ -25,13 +29,13 @@ def write_semi(tmp_path, corpus, steps=None):
               dataset_conf:
                 main_data: {{feat: !ref <root>/idx2wav, text: !ref <root>/idx2text}}
                 data_selection: [order, 0.25]
-              batch_size: 2
+              batch_size: {batch_size}
           unsup:
             type: abs.Iterator
             conf:
-              dataset_type: speech_text.SpeechTextDataset
+              dataset_type: {unsup_type}
               dataset_conf: {{main_data: {{feat: !ref <root>/idx2wav}}}}
-              batch_size: 2
+              batch_size: {batch_size}
         valid:
           type: abs.Iterator
           conf:
@@ -140,16 +144,23 @@ def test_group_state_errors_name_the_problem(semi):
     try:
         loader = GroupLoader(train)
         state = loader.state_dict()
-        cases = [(dict(state, extra=1), "unknown keys: extra"), ({"epoch": 1}, "missing: version"),
-                 (dict(state, version=7), "state version 7"), (dict(state, steps="longest"), "saved with steps"),
+        cases = [(dict(state, extra=1), "^state: unknown keys extra; a group state has version, epoch, step, "
+                                        "steps, iterators$"),
+                 ({"epoch": 1}, "^state: missing keys version, step, steps, iterators$"),
+                 (dict(state, version=7), "^state.version: state version 7 is not supported"),
+                 (dict(state, steps="longest"), "^state.steps: saved with steps: longest, this group has shortest$"),
                  (dict(state, iterators={"sup": state["iterators"]["sup"]}), "saved for iterators"),
-                 (dict(state, step=-1), "state.step"), ([], "expected a group state dict, got list"),
+                 (dict(state, step=-1), "^state.step: expected a non-negative integer, got -1$"),
+                 (dict(state, step=3), "^state.step: epoch 1 has 2 steps, got step 3$"),
+                 ([], "^state: expected a state dict, got list$"),
                  (dict(state, iterators=dict(state["iterators"], sup=state["iterators"]["unsup"])),
-                  "different setup")]
+                  "^state.iterators.sup: the state was saved with a different setup"),
+                 (dict(state, step=1), "^state.iterators.sup: at epoch 1 step 0, but the group's epoch 1 step 1 "
+                                       "puts it at epoch 1 step 1$")]
         for bad, message in cases:
             with pytest.raises(ConfigError, match=message):
                 loader.load_state_dict(bad)
-        with pytest.raises(ConfigError, match="has 2 steps, got start_step=3"):
+        with pytest.raises(ConfigError, match="^start_step: epoch 1 has 2 steps, got step 3$"):
             GroupLoader(train, start_step=3)
         with pytest.raises(ConfigError, match="steps: expected one of shortest, longest"):
             GroupLoader(train, steps="all")
@@ -206,3 +217,92 @@ def test_handbook_semi_supervised_example(tmp_path, demo_root):
     assert result.returncode == 0, result.stderr[-3000:]
     # the demo's halves make 4 block batches each: 2 steps were done before the resume, nothing is skipped
     assert result.stdout.strip() == "2 steps left; shortest would skip {}", result.stdout
+
+
+@pytest.mark.parametrize("policy", ["longest", "shortest"])
+@pytest.mark.timeout(120)
+def test_a_3_and_12_step_group_resumes_from_every_save_point(semi, policy):
+    tmp_path, corpus = semi
+    train = build(write_semi(tmp_path, corpus, batch_size=1))["train"]
+    try:
+        assert (len(train["sup"]), len(train["unsup"])) == (3, 12)
+        reference = ids_per_step(GroupLoader(train, epoch=2, steps=policy))
+        assert len(reference) == (12 if policy == "longest" else 3)
+        for k in range(len(reference) + 1):
+            loader = GroupLoader(train, epoch=2, steps=policy)
+            for _ in zip(range(k), loader):
+                pass
+            state = json.loads(json.dumps(loader.state_dict()))
+            fresh = GroupLoader(train, steps=policy)
+            fresh.load_state_dict(state)
+            assert ids_per_step(fresh) == reference[k:], k
+            # each iterator's state holds its own position: sup has done 12 + k batches of its 3-batch epochs
+            sup = state["iterators"]["sup"]
+            assert (sup["epoch"], sup["step"]) == ((12 + k) // 3 + 1, (12 + k) % 3) if policy == "longest" else (2, k)
+    finally:
+        for it in train.values():
+            it.close()
+
+
+def test_a_version_2_group_state_still_loads(semi):
+    """Version 2 saved the group's (epoch, step) in every iterator's state (which the longest policy then
+    refused for the shorter iterator); it still resumes the group."""
+    tmp_path, corpus = semi
+    train = build(write_semi(tmp_path, corpus, batch_size=1))["train"]
+    try:
+        state = GroupLoader(train, epoch=2, start_step=5, steps="longest").state_dict()
+        state["version"] = 2
+        for saved in state["iterators"].values():
+            saved.update(version=2, epoch=2, step=5)
+        fresh = GroupLoader(train, steps="longest")
+        fresh.load_state_dict(state)
+        assert ids_per_step(fresh) == ids_per_step(GroupLoader(train, 2, 5, steps="longest"))
+        state["iterators"]["sup"]["step"] = 4
+        with pytest.raises(ConfigError, match=r"^state.iterators.sup: at epoch 2 step 4, but the group's epoch 2 "
+                                              r"step 5 puts it at epoch 2 step 5$"):
+            fresh.load_state_dict(state)
+    finally:
+        for it in train.values():
+            it.close()
+
+
+STOPPER_MODULE = '''
+import os
+
+from speechiter.dataset.speech_text import SpeechTextDataset
+
+LOADED = [0]
+
+
+class StopAfter(SpeechTextDataset):
+    """Fails on its $STOP_AFTER-th utterance of the process: the run dies there, as if killed."""
+
+    def extract_main_data_fn(self, main_data):
+        LOADED[0] += 1
+        if LOADED[0] == int(os.environ.get("STOP_AFTER", "0")):
+            raise RuntimeError("stopped here")
+        return super().extract_main_data_fn(main_data)
+'''
+
+
+@pytest.mark.timeout(300)
+def test_cli_run_that_dies_mid_epoch_of_a_longest_group_resumes(semi):
+    tmp_path, corpus = semi
+    (tmp_path / "stopper.py").write_text(STOPPER_MODULE)
+    cfg = write_semi(tmp_path, corpus, "longest", batch_size=1, unsup_type="stopper.StopAfter")
+    full, tail, state = tmp_path / "full.jsonl", tmp_path / "tail.jsonl", tmp_path / "state.json"
+    common = ("--data_cfg", cfg, "--epochs", 2, "--num_workers", 0, "--quiet")
+    done = run_cli(*common, "--dump_batches", full)
+    assert done.returncode == 0, done.stderr
+    env = dict(os.environ, PYTHONPATH=str(REPO), STOP_AFTER="19")  # unsup's 7th utterance of epoch 2
+    died = subprocess.run([sys.executable, "-m", "speechiter.run", *map(str, common), "--save_state", str(state)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert died.returncode == 1 and "stopped here" in died.stderr, died.stderr
+    saved = json.loads(state.read_text())["train"]
+    assert saved["epoch"] == 2 and 3 < saved["step"] < 12, saved  # mid-epoch, past the end of sup's epoch
+    resumed = run_cli(*common, "--resume", state, "--dump_batches", tail)
+    assert resumed.returncode == 0, resumed.stderr
+    records = read_dump(full)
+    first = next(i for i, r in enumerate(records) if (r["epoch"], r["group"], r["step"]) == (2, "train",
+                                                                                            saved["step"] + 1))
+    assert read_dump(tail) == records[first:]

@@ -29,6 +29,7 @@ from speechiter import build_iterators, load_config
 from speechiter.config import iter_specs
 from speechiter.config.tags import parse_yaml
 from speechiter.errors import SpeechiterError
+from speechiter.group import GroupLoader
 from speechiter.idx2 import read_idx2, read_idx2_numbers, read_idx2_table
 from speechiter.iterator.abs import Iterator
 from speechiter.run import main
@@ -252,14 +253,15 @@ JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2, 12), st.sample
 
 
 def mutate(state: dict, draw) -> object:
-    """A hand edit of a saved state: change, drop or add keys (also in the nested iterator states)."""
+    """A hand edit of a saved state: change, drop or add keys (also in the nested group and iterator states)."""
     state = copy.deepcopy(state)
     for _ in range(draw(st.integers(1, 3))):
         target = state
-        if "iterators" in state and isinstance(state["iterators"], dict) and state["iterators"] and draw(st.booleans()):
-            target = state["iterators"][draw(st.sampled_from(sorted(state["iterators"])))]
-            if not isinstance(target, dict):
-                continue
+        while draw(st.booleans()):
+            nested = sorted(key for key, value in target.items() if isinstance(value, dict) and value)
+            if not nested:
+                break
+            target = target[draw(st.sampled_from(nested))]
         action = draw(st.sampled_from(["set", "set", "set", "drop", "add"]))
         key = draw(st.sampled_from(sorted(target) or ["epoch"]))
         if action == "set":
@@ -278,7 +280,8 @@ def as_file_json(value) -> object:
 
 @pytest.fixture(scope="module")
 def resumable(tmp_path_factory, corpus):
-    """A recipe, its train iterator and the run state saved after step 3 of epoch 1."""
+    """A recipe, its train iterator, its loader's state after step 3 of epoch 1 and the run state its CLI
+    run saved at the end (``{"train": {"epoch": 2, "step": 0, ...}, ...}``)."""
     folder = tmp_path_factory.mktemp("state")
     recipe = folder / "recipe.yaml"
     iterator = f"""{{type: block.BlockIterator, conf: {{dataset_type: speech_text.SpeechTextDataset,
@@ -305,6 +308,32 @@ def test_loader_state_dicts_load_or_fail_cleanly(resumable, data):
     if not isinstance(clean(lambda: loader.load_state_dict(state)), SpeechiterError):
         assert 1 <= loader.epoch and 0 <= loader.step <= len(iterator)
         assert len(loader) == len(iterator) - loader.step
+
+
+@pytest.fixture(scope="module")
+def group(resumable):
+    """A ``steps: longest`` group of the resumable iterator and a shorter one (other batch_len),
+    with its state after step 3 of epoch 2."""
+    recipe, long, _, _ = resumable
+    short = build_iterators(load_config(recipe, ["train.conf.batch_len=90000"]), num_workers=0,
+                            groups=("train",))["train"]
+    members = {"long": long, "short": short}
+    assert len(short) < len(long)
+    yield members, GroupLoader(members, epoch=2, start_step=3, steps="longest").state_dict()
+    short.close()
+
+
+@pytest.mark.timeout(120)
+@props(600)
+@given(st.data())
+def test_group_state_dicts_load_or_fail_cleanly(group, data):
+    CASES["group state (API)"] += 1
+    members, saved = group
+    state = as_file_json(mutate(saved, data.draw))
+    loader = GroupLoader(members, steps="longest", prefetch_next=False)
+    if not isinstance(clean(lambda: loader.load_state_dict(state)), SpeechiterError):
+        assert 1 <= loader.epoch and 0 <= loader.step <= loader.steps and len(loader) == loader.steps - loader.step
+        assert (loader.epoch, loader.step) == (state["epoch"], state["step"])
 
 
 @pytest.mark.timeout(180)

@@ -135,12 +135,12 @@ def test_cli_resume_at_any_step_reproduces_the_tail(tmp_path, fresh_corpus, unsu
                      "--num_workers", 2)
     assert result.returncode == 0, result.stderr
     saved = json.loads(state.read_text())
-    assert (saved["epoch"], saved["step"]) == (4, 0)  # finished
+    assert (saved["train"]["epoch"], saved["train"]["step"]) == (4, 0)  # finished
     records = read_dump(full)
     train_steps = Counter(r["epoch"] for r in records if r["group"] == "train" and r["iterator"] in (None, "sup"))
     for epoch, step in ((2, 3), (1, 0), (3, train_steps[3] - 1), (2, train_steps[2])):
-        saved.update(epoch=epoch, step=step)
-        for it in saved["iterators"].values():
+        saved["train"].update(epoch=epoch, step=step)
+        for it in saved["train"]["iterators"].values():  # steps: shortest: each at the group's position
             it.update(epoch=epoch, step=step)
         state.write_text(json.dumps(saved))
         tail = tmp_path / f"tail{epoch}_{step}.jsonl"

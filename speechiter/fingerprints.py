@@ -1,0 +1,55 @@
+"""Digests and readable summaries of a setup, for state files: a saved state holds both, so that a
+mismatch can say ``batch_len: saved 480000, now 160000`` instead of two hashes (see speechiter.state)."""
+import hashlib
+import json
+from typing import Any, Dict, List
+
+#: settings summaries: at most this many entries, values of at most this many JSON characters
+SUMMARY_ENTRIES = 64
+SUMMARY_VALUE_CHARS = 100
+
+
+def fingerprint(value: Any) -> str:
+    """A short stable digest of a JSON-able value."""
+    text = json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def view_fingerprint(batches: List[List[str]]) -> str:
+    """A digest of a batching view (ids and batch boundaries)."""
+    digest = hashlib.blake2b(digest_size=8)
+    for batch in batches:
+        digest.update("\x1f".join(batch).encode("utf-8"))
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
+def settings_summary(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """A small readable form of an iterator's settings: ``{dotted key: JSON value}``.
+
+    Nested mappings are flattened (``dataset_conf.main_data.feat``), the
+    ``iter_conf`` options sit at top level (``batch_len``) as in the YAML conf;
+    a long value, or what is left past SUMMARY_ENTRIES, becomes a digest.
+    """
+    flat: Dict[str, Any] = {}
+
+    def add(key: str, value: Any) -> None:
+        if isinstance(value, dict) and len(flat) + len(value) <= SUMMARY_ENTRIES:
+            for name, item in value.items():
+                add(f"{key}.{name}" if key else str(name), item)
+        else:
+            text = json.dumps(value, sort_keys=True, default=str)
+            short = len(text) <= SUMMARY_VALUE_CHARS
+            flat[key or "conf"] = json.loads(text) if short else f"digest {fingerprint(value)}"
+
+    for key, value in settings.items():
+        add("" if key == "iter_conf" else key, value)
+    return flat
+
+
+def summary_differences(saved: Dict[str, Any], now: Dict[str, Any], prefix: str = "") -> List[str]:
+    """``["batch_len: saved 480000, now 160000", ...]`` between two settings summaries."""
+    def shown(summary: Dict[str, Any], key: str) -> str:
+        return json.dumps(summary[key], sort_keys=True) if key in summary else "unset"
+    return [f"{prefix}{key}: saved {shown(saved, key)}, now {shown(now, key)}"
+            for key in sorted(set(saved) | set(now)) if shown(saved, key) != shown(now, key)]
