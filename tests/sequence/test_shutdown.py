@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import psutil
@@ -14,32 +13,15 @@ import pytest
 from speechiter.sequence.daemon_pool import DaemonThreadPool
 from speechiter.sequence.shm import stale
 from tests.sequence.test_limits import ENV, ROOT, cli_recipe, script
-
-
-def wait_until(condition, seconds=15.0):
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return condition()
-
-
-def owned_by(pid):
-    return [name for name in os.listdir("/dev/shm") if name.startswith(f"speechiter_{pid}_")]
-
-
-def alive(pid):
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+from tests.test_faults import alive, owned_by, wait_until
 
 
 # ------------------------------------------------------ threads in stalled reads
 
 STALLED = script("""
     import functools
-    manager = MSequence(functools.partial(indexers.StalledStore, sys.argv[1]), num_workers=8, thread_type="thread", out_type="null",
-                        dset_size=0, buffer=16)
+    manager = MSequence(functools.partial(indexers.StalledStore, sys.argv[1]), num_workers=8, thread_type="thread",
+                        out_type="null", dset_size=0, buffer=16)
     with manager.start() as mng:
         for batch in mng.iterate([Task(i, [2 * i, 2 * i + 1], None) for i in range(64)]):
             print("batch", flush=True)
