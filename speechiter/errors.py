@@ -48,3 +48,10 @@ class WorkerError(SpeechiterError, RuntimeError):
 
     def __reduce__(self):
         return type(self), (self.args[0], self.exit_code)
+
+
+class ResourceError(SpeechiterError, RuntimeError):
+    """The machine lacks what loading needs: shared memory, open files, a working fork server.
+
+    Exit code 1; the message says which resource, the numbers, and how to fix it.
+    """

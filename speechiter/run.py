@@ -5,7 +5,7 @@ iterators (a dict of batches per step when there are several; the group's
 ``steps`` policy sets the epoch's length, see speechiter.group), then the
 valid iterators. Test mode runs
 every test set. Exit codes: 0 success, 2 configuration or input error (one
-line on stderr), 1 any other failure, 130 Ctrl-C.
+line on stderr), 1 any other failure, 130 Ctrl-C, 143 SIGTERM.
 """
 import argparse
 import os
@@ -266,9 +266,9 @@ def _main(args) -> int:
         hint = "" if args.debug or e.exit_code == 2 else " (run with --debug for the traceback)"
         print(f"speechiter: error: {_summary(e)}{hint}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print("speechiter: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM: NOTE [ One shutdown path ] in interrupts.py
+        print(f"speechiter: {interrupts.describe(e)}", file=sys.stderr)
+        return interrupts.exit_status(e)
     except SystemExit as e:  # sys.exit() in user code (a dataset hook ...): not the end of a finished run
         if args.debug:
             traceback.print_exc()

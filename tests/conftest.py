@@ -7,14 +7,20 @@
 - ``corpus``: ``make_corpus(tmp_path / "corpus")``.
 - ``demo_root``: the shipped demo corpus, ``demo/data`` (train/valid/test).
 - ``load_tool(name)``: imports ``tools/<name>.py`` as a module.
+- ``no_leaks`` (autouse): after every test, no child process, no /dev/shm
+  segment of this process and no engine thread (``speechiter-*``) is left.
 """
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+
+from tests.processes import children, stop_resource_tracker
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOOLS_DIR = REPO_ROOT / "tools"
@@ -67,3 +73,25 @@ def demo_root():
     if not DEMO_DATA.is_dir():
         pytest.skip("demo/data is missing; run tools/make_demo.py")
     return DEMO_DATA
+
+
+def shm_leftovers():
+    prefix = f"speechiter_{os.getpid()}_"
+    try:
+        return [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
+    except OSError:
+        return []
+
+
+def engine_threads():
+    return [t.name for t in threading.enumerate() if t.name.startswith("speechiter-") and t.is_alive()]
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """After every test: no child processes, no segments of this process, no engine threads."""
+    yield
+    stop_resource_tracker()  # see tests/processes.py
+    assert children() == []
+    assert shm_leftovers() == []
+    assert engine_threads() == []

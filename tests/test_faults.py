@@ -270,7 +270,7 @@ def test_segments_whose_owner_lives_are_never_reclaimed(caplog):
     assert wait_until(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    sleeper_start = stale._stat(sleeper.pid)[1]
+    sleeper_start = stale.proc_stat(sleeper.pid)[1]
     kept = [_segment(f"{me.pid}_{start}_{ns}"),  # this process
             _segment(f"{sleeper.pid}_{sleeper_start}_{ns}"),  # a live process
             _segment(f"{sleeper.pid}_0_{ns}"),  # start time unknown, pid in use
@@ -278,7 +278,7 @@ def test_segments_whose_owner_lives_are_never_reclaimed(caplog):
             f"speechiter_{dead.pid}_abcdef_w0_0"]  # an older form of name
     shm.close_map(shm.create_segment(kept[-1], 4096))
     reclaimed = [_segment(f"{sleeper.pid}_{sleeper_start + 1}_{ns}"),  # its pid was reused
-                 _segment(f"{zombie.pid}_{stale._stat(zombie.pid)[1]}_{ns}"),  # a zombie
+                 _segment(f"{zombie.pid}_{stale.proc_stat(zombie.pid)[1]}_{ns}"),  # a zombie
                  _segment(f"{dead.pid}_{start}_{ns}")]  # gone
     try:
         with caplog.at_level("WARNING", logger="speechiter"):

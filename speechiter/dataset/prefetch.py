@@ -29,26 +29,27 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from speechiter.batch_context import current_batch
 from speechiter.io.storage import is_url
+from speechiter.sequence.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
 
 __all__ = ["POOL_THREADS", "reading_together", "take"]
 
 #: threads per process that read a batch's URLs; S3 keeps up to storage.MAX_CONNECTIONS connections.
 POOL_THREADS = 32
-_pool: Optional[ThreadPoolExecutor] = None
+_pool: Optional[DaemonThreadPool] = None
 _pool_pid: Optional[int] = None
 _pool_lock = threading.Lock()
 
 
-def _the_pool() -> ThreadPoolExecutor:
+def _the_pool() -> DaemonThreadPool:
     global _pool, _pool_pid
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="storage-read")
+            _pool = DaemonThreadPool(POOL_THREADS, "storage-read")
             _pool_pid = os.getpid()
         return _pool
 

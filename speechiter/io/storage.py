@@ -158,6 +158,14 @@ def _make_filesystem(protocol: str, url: str):
         kind = os.environ.get("SPEECHITER_STORAGE_CACHE_TYPE", "blockcache")
         if kind not in ("blockcache", "filecache"):
             raise DataError(f"SPEECHITER_STORAGE_CACHE_TYPE should be blockcache or filecache, but got {kind!r}")
+        try:  # a file there, or a folder that cannot be made or written: one line, not fsspec's OSError
+            os.makedirs(cache, exist_ok=True)
+            if not os.access(cache, os.W_OK | os.X_OK):
+                raise PermissionError(13, "not writable")
+        except OSError as e:
+            reason = "it is not a folder" if os.path.exists(cache) and not os.path.isdir(cache) else e.strerror
+            raise DataError(f"SPEECHITER_STORAGE_CACHE={cache!r} cannot be the storage cache folder ({reason}); "
+                            "give a folder this user can create and write") from None
         fs = fsspec.filesystem(kind, fs=fs, cache_storage=cache, skip_instance_cache=True)
     return fs
 

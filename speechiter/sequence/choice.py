@@ -25,6 +25,6 @@ def start_scheduler(factory, *, num_workers: int, thread_type: str, start_method
     else:
         shm.reclaim_stale()  # See NOTE [ Stale segments ] in shm/stale.py
         prefix = shm.session_prefix()
-        slots = shm.SlotTable(prefix, buffer)
+        slots = shm.SlotTable(prefix, buffer, tracked=True)  # See NOTE [ Segments of a killed main process ]
         pool = ProcPool(factory, num_workers, prefix, start_method)
     return PoolScheduler(pool, slots, out_type, num_converters, buffer, timeout)

@@ -17,13 +17,17 @@ as the converter returns.
 torch is imported lazily, so workers and 'null' output never need it.
 """
 import threading
+import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Optional, Tuple
 
 import numpy as np
 
+from speechiter import interrupts
 from speechiter.sequence.shm import ArrayRef, Packed
+from speechiter.sequence.workers import POLL_S
 from speechiter.structure import is_array_leaf, map_structure
 
 OUT_TYPES = ("null", "cpu", "cuda")
@@ -222,3 +226,16 @@ class ConverterThreads:
     def close(self) -> None:
         """Finish what runs, cancel the rest."""
         self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def wait_converted(future: Future, timeout: float):
+    """``future.result(timeout)``, polling so that a swallowed Ctrl-C still ends the wait
+    (NOTE [ One shutdown path ] in speechiter/interrupts.py)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return future.result(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+        except FutureTimeout:
+            interrupts.check()
+            if time.monotonic() >= deadline:
+                raise

@@ -11,16 +11,41 @@ script's entry out of the start-up data, so an unguarded training
 script keeps working as it did with fork, and workers start sooner.
 
 The launch below is the standard library's forkserver launch (identical from
-Python 3.10 to 3.13) with that one entry left out; elsewhere the standard
-context is used.
+Python 3.10 to 3.13) with that one entry left out, and with the changes of
+NOTE [ Waiting for the fork server ]; elsewhere the standard context is used.
+
+NOTE [ Waiting for the fork server ]
+The standard launch waits for the server without a limit: to take a worker's
+start-up data, and to report the worker's pid. A server that is stopped
+(SIGSTOP, a debugger) or stuck would hang the start of every pool, and so the
+building of an iterator, until someone kills the run. Here each of those waits
+polls every ``POLL_S``, checks the server (/proc/<pid>/stat), and ends in a
+ResourceError naming the server's pid: at once when the server is gone, after
+``STOPPED_S`` when it is stopped, after ``START_TIMEOUT_S`` in any case (its
+first start imports the preloads, torch among them). Ctrl-C is honoured on
+every poll (NOTE [ One shutdown path ] in speechiter/interrupts.py). The
+standard launch also connects to the server before it makes its two pipes: a
+process out of file descriptors then drops a connection half-made, and the
+server dies of it with a traceback; here the pipes come first.
 """
 import io
 import os
+import select
+import socket
 import sys
-from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
+import time
+from multiprocessing import context, forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
+
+from speechiter import interrupts
+from speechiter.errors import ResourceError
+from speechiter.sequence.shm.stale import proc_stat
 
 _MAIN_ENTRIES = ("init_main_from_path", "init_main_from_name")
 SUPPORTED = (3, 10) <= sys.version_info[:2] <= (3, 13)
+# See NOTE [ Waiting for the fork server ].
+POLL_S = 0.25
+STOPPED_S = 2.0
+START_TIMEOUT_S = 120.0
 
 
 class _Popen(popen_forkserver.Popen):
@@ -36,12 +61,97 @@ class _Popen(popen_forkserver.Popen):
             reduction.dump(process_obj, buf)
         finally:
             context.set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+        self.sentinel, w = _connect(self._fds)
         parent_w = os.dup(w)  # kept open: the child's sentinel of this process
         self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
+        try:
+            _send(w, buf.getbuffer())
+            _await(self.sentinel, select.POLLIN, "starting a worker")
+            try:
+                self.pid = forkserver.read_signed(self.sentinel)
+            except EOFError:
+                raise _server_error("exited while starting a worker") from None
+        except BaseException:
+            self.finalizer()
+            raise
+        finally:
+            os.close(w)
+
+
+def _connect(fds):
+    """``forkserver.connect_to_new_process``, with the pipes made before connecting."""
+    server = forkserver._forkserver
+    server.ensure_running()
+    if len(fds) + 4 >= forkserver.MAXFDS_TO_SEND:
+        raise ValueError("too many fds")
+    tracker_fd = resource_tracker.getfd()
+    parent_r, child_w = os.pipe()
+    try:
+        child_r, parent_w = os.pipe()
+    except BaseException:
+        util.close_fds(parent_r, child_w)
+        raise
+    try:
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(server._forkserver_address)
+            reduction.sendfds(client, [child_r, child_w, server._forkserver_alive_fd, tracker_fd, *fds])
+    except BaseException:
+        util.close_fds(parent_r, parent_w)
+        raise
+    finally:
+        util.close_fds(child_r, child_w)
+    return parent_r, parent_w
+
+
+def _send(fd: int, data: memoryview) -> None:
+    """Write ``data`` to the new worker's pipe, waiting for room a bounded time."""
+    os.set_blocking(fd, False)
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except BlockingIOError:
+            _await(fd, select.POLLOUT, "sending a worker its start-up data")
+        except BrokenPipeError:
+            raise _server_error("closed a new worker's pipe before reading its start-up data") from None
+
+
+def _await(fd: int, events: int, what: str) -> None:
+    """Wait for ``events`` on ``fd``. See NOTE [ Waiting for the fork server ]."""
+    poller = select.poll()
+    poller.register(fd, events)
+    started = time.monotonic()
+    stopped_since = None
+    while not poller.poll(POLL_S * 1000):
+        interrupts.check()
+        now = time.monotonic()
+        state = _server_state()
+        if state is None:
+            raise _server_error(f"exited while {what}")
+        stopped_since = (stopped_since or now) if state in ("T", "t") else None
+        if stopped_since is not None and now - stopped_since >= STOPPED_S:
+            raise _server_error(f"is stopped (SIGSTOP, or a debugger) while {what}, so no worker can start; "
+                                f"continue it (kill -CONT {_server_pid()}) or end it, then run again")
+        if now - started >= START_TIMEOUT_S:
+            raise _server_error(f"did not answer within {START_TIMEOUT_S:g} s while {what}")
+
+
+def _server_pid():
+    return getattr(forkserver._forkserver, "_forkserver_pid", None)
+
+
+def _server_state():
+    """The server's state letter (R, S, T ...), "?" where unknown, None when it is gone."""
+    pid = _server_pid()
+    if pid is None or not os.path.isdir("/proc/self"):
+        return "?"
+    stat = proc_stat(pid)
+    if stat is None:
+        return None if not os.path.exists(f"/proc/{pid}") else "?"
+    return None if stat[0] in ("Z", "X") else stat[0]
+
+
+def _server_error(what: str) -> ResourceError:
+    return ResourceError(f"the fork server of the loading workers (pid {_server_pid()}) {what}")
 
 
 class WorkerProcess(context.ForkServerProcess):

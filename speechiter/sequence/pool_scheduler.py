@@ -42,10 +42,12 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import List, Optional, Sequence
 
-from speechiter.errors import WorkerError
+from speechiter import interrupts
+from speechiter.errors import ResourceError, WorkerError
 from speechiter.sequence import shm
-from speechiter.sequence.convert import Converter, ConverterThreads, device_of, hand_over
+from speechiter.sequence.convert import Converter, ConverterThreads, device_of, hand_over, wait_converted
 from speechiter.sequence.fetch import Task, describe_ids, same_task
+from speechiter.sequence.limits import sigbus_hint
 from speechiter.sequence.pools import WorkerPool
 from speechiter.sequence.scheduler import Run, Scheduler, as_sequence
 from speechiter.sequence.workers import POLL_S, Done, Failed, Fetch
@@ -148,8 +150,8 @@ class PoolScheduler(Scheduler):
         if p.future is not None:
             p.future.cancel()
             try:
-                p.future.result()  # it may be reading the slot
-            except Exception:  # cancelled, or the conversion failed: the result is dropped anyway
+                wait_converted(p.future, self._timeout)  # it may be reading the slot
+            except Exception:  # cancelled, failed or timed out: the result is dropped anyway
                 pass
             p.future = None
         if p.result is not None:
@@ -181,8 +183,10 @@ class PoolScheduler(Scheduler):
             busy = sorted(seq for seq, p in self._pending.items() if p.wid == wid and p.result is None
                           and not p.discard)
             doing = f"while building batch {self._pending[busy[0]].task.position}" if busy else "while idle"
-            raise RuntimeError(f"loading worker {wid} (pid {self._pool.pid(wid)}) exited unexpectedly "
-                               f"({how}) {doing}")
+            message = f"loading worker {wid} (pid {self._pool.pid(wid)}) exited unexpectedly ({how}) {doing}"
+            if how.endswith("SIGBUS") and self._slots is not None:  # NOTE [ Machine limits ] in limits.py
+                raise ResourceError(message + sigbus_hint())
+            raise RuntimeError(message)
 
     def _wait(self, run: Run, i: int) -> _Pending:
         """Block until task ``i`` of ``run`` has its result. See NOTE [ Never wait forever ].
@@ -196,6 +200,7 @@ class PoolScheduler(Scheduler):
             p = run.entries[i] if i < len(run.entries) else None
             if p is not None and p.result is not None:
                 return p
+            interrupts.check()  # NOTE [ One shutdown path ] in speechiter/interrupts.py
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if p is None:
@@ -246,7 +251,7 @@ class PoolScheduler(Scheduler):
             for q in run.entries[i + 1:i + 1 + self._converters.count]:
                 self._submit(q)  # convert ahead while the consumer computes
             try:
-                batch, event = p.future.result(timeout=self._timeout)
+                batch, event = wait_converted(p.future, self._timeout)
             except FutureTimeout:
                 raise TimeoutError(f"converting batch {p.task.position} took more than "
                                    f"{self._timeout:g} s (timeout={self._timeout:g})") from None

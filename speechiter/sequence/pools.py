@@ -6,16 +6,19 @@ replies with a timeout and learns of dead workers from :meth:`recv`. The
 worker loops and messages are in workers.py.
 """
 import multiprocessing.connection
+import multiprocessing.process
 import os
 import queue
 import threading
 import time
 import warnings
+from multiprocessing import resource_tracker
 from typing import Any, List, Optional, Protocol, Tuple
 
+from speechiter.sequence.limits import check_open_files, is_emfile, open_files_error
 from speechiter.sequence.start import UNGUARDED_MAIN, UNGUARDED_MAIN_EXIT, refuse_unguarded_main, worker_start
 from speechiter.sequence.taskpipe import TaskPipe
-from speechiter.sequence.workers import Stop, describe_exit, proc_worker_loop, thread_worker_loop
+from speechiter.sequence.workers import POLL_S, Stop, describe_exit, proc_worker_loop, thread_worker_loop
 
 # How long workers get to finish their batch and leave after Stop, before
 # processes are terminated (threads cannot be) on close.
@@ -51,15 +54,20 @@ class ProcPool:
 
     def __init__(self, factory, num_workers: int, prefix: str, start_method: Optional[str] = None):
         refuse_unguarded_main()
+        check_open_files(num_workers)  # NOTE [ Machine limits ] in limits.py
         ctx, factory = worker_start(factory, start_method)
         forked = ctx.get_start_method() == "fork"
         # A worker checks on the process that started it: this one, or the fork server (lifeline.py).
         parent_pid = os.getpid() if ctx.get_start_method() != "forkserver" else None
-        # Readable for every worker once close() writes to it. A pipe, not an Event: a
-        # semaphore would start Python's resource tracker process with 'spawn'.
-        self._done, self._done_writer = ctx.Pipe(duplex=False)
         self._task_pipes, self._readers, self._procs = [], [], []
+        self._done = self._done_writer = None
         try:
+            # Started before any worker, so that every worker (forked ones too) shares this process's
+            # tracker: NOTE [ Segments of a killed main process ] in shm/segments.py.
+            resource_tracker.ensure_running()
+            # Readable for every worker once close() writes to it. A pipe, not an Event: a
+            # semaphore would start Python's resource tracker process with 'spawn'.
+            self._done, self._done_writer = ctx.Pipe(duplex=False)
             # The fork server's environment is from its own start: workers get this one's, as with fork.
             environ = None if forked else dict(os.environ)
             for wid in range(num_workers):
@@ -77,8 +85,10 @@ class ProcPool:
                 finally:
                     writer.close()  # the worker's ends: only the worker holds them
                     tasks.close_reader()
-        except BaseException:
+        except BaseException as error:
             self.close()
+            if is_emfile(error):
+                raise open_files_error(num_workers) from error
             raise
         self._owner = {reader: wid for wid, reader in enumerate(self._readers)}
         self._owner.update({proc.sentinel: wid for wid, proc in enumerate(self._procs)})
@@ -127,36 +137,57 @@ class ProcPool:
     def close(self) -> None:
         """End all workers: ask, wait ``STOP_GRACE_S``, terminate, kill. Idempotent.
 
-        Every process has ended when it returns. See NOTE [ Shutdown order ] in pool_scheduler.py.
+        Every process has ended, or was killed and abandoned, when it returns (at most
+        ``STOP_GRACE_S + 2 * _SIGNAL_WAIT_S``). See NOTE [ Shutdown order ] in scheduler.py.
         """
-        if not self._done_writer.closed:
+        if self._done_writer is not None and not self._done_writer.closed:
             try:
                 self._done_writer.send_bytes(b"")  # never read: it stays readable for every worker
             except OSError:
                 pass  # every worker is gone already
         for tasks in self._task_pipes:
             tasks.send(Stop())
-        deadline = time.monotonic() + STOP_GRACE_S
-        for proc in self._procs:
-            if proc.pid is not None:
-                proc.join(max(0.0, deadline - time.monotonic()))
-        for proc in self._procs:
-            if proc.pid is not None and proc.is_alive():
-                proc.terminate()
-                proc.join(_SIGNAL_WAIT_S)
-            if proc.pid is not None and proc.is_alive():
-                proc.kill()
-                proc.join(_SIGNAL_WAIT_S)
+        procs = [proc for proc in self._procs if proc.pid is not None]
+        _join_all(procs, STOP_GRACE_S)
+        for stop in ("terminate", "kill"):
+            alive = [proc for proc in procs if proc.is_alive()]
+            for proc in alive:
+                getattr(proc, stop)()
+            _join_all(alive, _SIGNAL_WAIT_S)
         for tasks in self._task_pipes:
             tasks.close()
         for reader in self._readers:
             reader.close()
-        self._done.close()
-        self._done_writer.close()
-        for proc in self._procs:
-            if proc.pid is not None and proc.exitcode is not None:
+        for end in (self._done, self._done_writer):
+            if end is not None:
+                end.close()
+        for proc in procs:
+            if proc.exitcode is not None:
                 proc.close()
+            else:
+                _abandon(proc)
         self._task_pipes, self._readers, self._procs, self._open = [], [], [], []
+
+
+def _join_all(procs, seconds: float) -> None:
+    """Wait up to ``seconds`` in all for ``procs`` to end."""
+    deadline = time.monotonic() + seconds
+    alive = [proc for proc in procs if proc.is_alive()]
+    while alive:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        multiprocessing.connection.wait([proc.sentinel for proc in alive], min(remaining, POLL_S))
+        alive = [proc for proc in alive if proc.is_alive()]
+
+
+def _abandon(proc) -> None:
+    """Forget a killed worker whose end its fork server never reported (a stopped server).
+
+    multiprocessing joins its live children at exit, without a time limit: that
+    join would wait for the server forever.
+    """
+    multiprocessing.process._children.discard(proc)
 
 
 class ThreadPool:
@@ -202,7 +233,10 @@ class ThreadPool:
         """Stop the threads, waiting up to ``STOP_GRACE_S``. Idempotent.
 
         Python cannot stop a thread: one still busy in the indexer then is
-        left to end with its batch, with a RuntimeWarning naming it.
+        left to end with its batch, with a RuntimeWarning naming it; it is a
+        daemon thread, so a batch that never ends (a read of a stalled store)
+        does not keep the process alive at exit (NOTE [ One shutdown path ] in
+        speechiter/interrupts.py).
         """
         self._done.set()
         for tasks in self._queues:
@@ -214,4 +248,5 @@ class ThreadPool:
         self._threads, self._queues = [], []
         if stuck:
             warnings.warn(f"loading worker threads {stuck} are still busy in the indexer and cannot be "
-                          "stopped; they end when their current batch does", RuntimeWarning, stacklevel=3)
+                          "stopped; they end when their current batch does (or with the process)",
+                          RuntimeWarning, stacklevel=3)

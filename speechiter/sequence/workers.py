@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from speechiter.sequence.fetch import Task, fetch
 from speechiter.sequence.lifeline import die_with_parent, leave_fork_server, orphaned
+from speechiter.sequence.limits import explain
 from speechiter.sequence.shm import SlotRef, SlotWriter, leftover_segments, unlink_segment
 from speechiter.sequence.torch_rng import check_after_batch
 
@@ -61,6 +62,7 @@ class Failed:
 
 
 def _failure(seq, wid, error: BaseException) -> Failed:
+    error = explain(error)  # NOTE [ Machine limits ] in limits.py
     kind = type(error).__qualname__
     module = type(error).__module__
     if module not in ("builtins", "__main__"):
@@ -122,9 +124,10 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
     # Ctrl-C goes to the whole process group: the main process handles it and
     # ends the workers (see NOTE [ Shutdown order ] in pool_scheduler.py); workers stay quiet.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it, whatever a forked parent handled
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
-    writer = SlotWriter(prefix, wid)
+    writer = SlotWriter(prefix, wid, tracked=True)  # NOTE [ Segments of a killed main process ]
     try:
         indexer = _make_indexer(factory, wid, results.send)
         if indexer is None:
@@ -136,7 +139,7 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
                     # end us, see lifeline.py). Each worker sweeps the session's segments
                     # as it leaves; the last one gets all.
                     for name in leftover_segments(prefix):
-                        unlink_segment(name)
+                        unlink_segment(name, tracked=True)
                     return
                 continue
             msg = tasks.recv()

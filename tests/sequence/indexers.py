@@ -202,3 +202,42 @@ class Logged:
             PAIR.wait()  # both in flight at once, or the barrier breaks
         LOG.append(("end", ids[0]))
         return ids
+
+
+class StalledStore:
+    """Reads each id through the batch read pool, as URL values are; a read of an id >= 8 never returns
+    (a stalled store: the pipe it reads is never written). ``marker``: a file that gets a line per stuck read."""
+
+    def __init__(self, marker):
+        self.marker = marker
+        self._read_end, self._write_end = os.pipe()  # the write end stays open: reads block
+
+    def __getitem__(self, ids):
+        from speechiter.dataset.prefetch import reading_together, take
+        column = {i: f"http://stalled.invalid/{i}" for i in ids}
+        with reading_together(column, list(ids), self._read):
+            return np.asarray([take(column[i], self._read) for i in ids])
+
+    def _read(self, value):
+        if int(value.rsplit("/", 1)[1]) >= 8:
+            with open(self.marker, "a") as file:
+                file.write("stuck\n")
+            os.read(self._read_end, 1)
+        return len(value)
+
+
+class Sigbus:
+    """Dies of SIGBUS at id 3, as a worker writing to a full /dev/shm does."""
+
+    def __getitem__(self, ids):
+        if 3 in list(ids):
+            os.kill(os.getpid(), signal.SIGBUS)
+        return np.asarray(ids)
+
+
+class FileHog:
+    """Opens files until the process has no descriptor left."""
+
+    def __getitem__(self, ids):
+        self.files = [open(os.devnull) for _ in range(1 << 20)]
+        return np.asarray(ids)

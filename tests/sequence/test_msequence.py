@@ -12,7 +12,7 @@ import torch
 from speechiter.seeding import batch_seed
 from speechiter.sequence import MSequence, Task, fetch
 from tests.sequence import indexers
-from tests.sequence.conftest import shm_leftovers
+from tests.conftest import shm_leftovers
 
 MODES = [("proc", "start"), ("thread", "start"), ("proc", "start_test"), ("thread", "start_test")]
 

@@ -12,7 +12,7 @@ import torch
 
 from speechiter.sequence import MSequence, Task, shm
 from tests.sequence import indexers
-from tests.sequence.conftest import shm_leftovers
+from tests.conftest import shm_leftovers
 from tests.sequence.test_msequence import as_bytes
 
 

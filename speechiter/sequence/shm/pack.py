@@ -16,7 +16,7 @@ usual. Such arrays must not outlive the batch: the slot is reused.
 """
 import mmap
 import sys
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, Callable, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -64,11 +64,12 @@ class Arena:
     built, so its big arrays need no second copy. See NOTE [ Batch arrays in
     place ]."""
 
-    def __init__(self, mm: mmap.mmap, size: int):
+    def __init__(self, mm: mmap.mmap, size: int, reserve: Optional[Callable[[int], None]] = None):
         self._whole = np.frombuffer(mm, dtype=np.uint8, count=size)
         self.base = self._whole.ctypes.data
         self.size = size
         self.used = 0
+        self._reserve = reserve  # backs the first n bytes before they are handed out (slots.py)
 
     def allocate(self, shape, dtype) -> Optional[np.ndarray]:
         dtype = np.dtype(dtype)
@@ -76,6 +77,8 @@ class Arena:
         offset = aligned(self.used)
         if nbytes == 0 or dtype.hasobject or offset + nbytes > self.size:
             return None
+        if self._reserve is not None:
+            self._reserve(offset + nbytes)
         self.used = offset + nbytes
         return self._whole[offset:offset + nbytes].view(dtype).reshape(shape)
 

@@ -34,6 +34,7 @@ export of the mmap object, so :meth:`SlotTable.close` cannot unmap memory a
 view still reads: ``mmap.close()`` refuses (see :func:`close_map`) and the
 mapping goes when its last view does, long after its name was unlinked.
 """
+import functools
 import mmap
 import queue
 import weakref
@@ -45,7 +46,7 @@ import numpy as np
 from speechiter.batch_memory import install_allocator
 from speechiter.sequence.shm.pack import Arena, Packed, Packer, SlotReader
 from speechiter.sequence.shm.segments import (check_available, close_map, create_segment, leftover_segments,
-                                              open_segment, unlink_segment)
+                                              open_segment, reserve_bytes, unlink_segment)
 
 _GROW_STEP = 1 << 20
 # Batches smaller than this are copied out of their slot: views are not worth
@@ -73,10 +74,12 @@ class SlotWriter:
     See NOTE [ Slot ownership ].
     """
 
-    def __init__(self, prefix: str, worker_id: int):
+    def __init__(self, prefix: str, worker_id: int, tracked: bool = False):
         self._prefix = f"{prefix}w{worker_id}_"
+        self._tracked = tracked  # NOTE [ Segments of a killed main process ] in segments.py
         self._created = 0
         self._maps = {}  # slot index -> (name, mmap)
+        self._reserved = {}  # segment name -> bytes known to be backed (NOTE [ Machine limits ] in limits.py)
 
     def _mapping(self, slot: SlotRef, needed: int):
         # See NOTE [ Slot ownership ]: a batch that does not fit gets a new, larger segment.
@@ -84,16 +87,26 @@ class SlotWriter:
         if needed > slot.size:
             name, size = f"{self._prefix}{self._created}", _grown(needed)
             self._created += 1
-            mm = create_segment(name, size)
+            mm = create_segment(name, size, reserve=needed, tracked=self._tracked)
+            self._reserved[name] = needed
         elif cached is not None and cached[0] == slot.name:
+            self._reserve(slot.name, needed)
             return slot, cached[1]
         else:
             name, size = slot.name, slot.size
+            self._reserve(name, needed)
             mm = open_segment(name, size)
         if cached is not None:
             close_map(cached[1])
+            self._reserved.pop(cached[0], None)
         self._maps[slot.index] = (name, mm)
         return SlotRef(slot.index, name, size), mm
+
+    def _reserve(self, name: str, nbytes: int) -> None:
+        """Back ``nbytes`` of segment ``name`` before writing there (no SIGBUS when /dev/shm is full)."""
+        if nbytes > self._reserved.get(name, 0):
+            reserve_bytes(name, nbytes)
+            self._reserved[name] = nbytes
 
     @contextmanager
     def building(self, slot: SlotRef):
@@ -101,7 +114,7 @@ class SlotWriter:
         arena = None
         if slot.name is not None and slot.size > 0:
             slot, mm = self._mapping(slot, 0)
-            arena = Arena(mm, slot.size)
+            arena = Arena(mm, slot.size, functools.partial(self._reserve, slot.name))
         previous = install_allocator(arena)
         try:
             yield arena
@@ -139,9 +152,10 @@ class SlotTable:
     NOTE [ Zero-copy batches ] and NOTE [ Segment cleanup ] in segments.py.
     """
 
-    def __init__(self, prefix: str, num_slots: int, max_viewed: int = 4):
+    def __init__(self, prefix: str, num_slots: int, max_viewed: int = 4, tracked: bool = False):
         check_available()
         self.prefix = prefix
+        self.tracked = tracked  # NOTE [ Segments of a killed main process ] in segments.py
         self.max_viewed = max_viewed
         self.viewed = 0  # batches handed out as views whose slot did not come back yet
         self._slots = [SlotRef(i, None, 0) for i in range(num_slots)]
@@ -188,7 +202,7 @@ class SlotTable:
             close_map(mapped[1])
             self._maps[slot.index] = None
         if old.name is not None:
-            unlink_segment(old.name)
+            unlink_segment(old.name, self.tracked)
         self._slots[slot.index] = slot
 
     def _map(self, slot: SlotRef) -> mmap.mmap:
@@ -234,7 +248,7 @@ class SlotTable:
                 self._maps[i] = None
         for i, slot in enumerate(self._slots):
             if slot.name is not None:
-                unlink_segment(slot.name)
+                unlink_segment(slot.name, self.tracked)
                 self._slots[i] = SlotRef(i, None, 0)
         for name in leftover_segments(self.prefix):
-            unlink_segment(name)
+            unlink_segment(name, self.tracked)

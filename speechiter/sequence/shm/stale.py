@@ -26,7 +26,7 @@ _OWNED = re.compile(r"speechiter_(\d+)_(\d+)_(\d+)_[0-9a-f]+_")
 _log = logging.getLogger("speechiter")
 
 
-def _stat(pid) -> Optional[Tuple[str, int]]:
+def proc_stat(pid) -> Optional[Tuple[str, int]]:
     """(state, start time in clock ticks) from /proc/<pid>/stat; None where unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as file:
@@ -45,7 +45,7 @@ def _pid_namespace() -> int:
 
 def owner_tag() -> str:
     """``<pid>_<start>_<pidns>`` of this process (0 for what is unknown)."""
-    stat = _stat("self")
+    stat = proc_stat("self")
     return f"{os.getpid()}_{stat[1] if stat else 0}_{_pid_namespace()}"
 
 
@@ -59,7 +59,7 @@ def owner_gone(pid: int, start: int, pidns: int) -> bool:
         return True
     except PermissionError:
         pass  # it exists, owned by another user
-    stat = _stat(pid)
+    stat = proc_stat(pid)
     if stat is None:
         return not os.path.exists(f"/proc/{pid}") and os.path.isdir("/proc/self")
     state, started = stat
