@@ -91,7 +91,9 @@ class BatchPlan:
         settings = {}
         for field in dataclasses.fields(self):
             counts = field.metadata.get("fingerprint", True)
-            if counts is True or counts and counts(self):
+            if callable(counts):
+                counts = counts(self)
+            if counts:
                 settings[field.name] = getattr(self, field.name)
         return settings
 
