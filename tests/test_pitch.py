@@ -11,7 +11,7 @@ import soundfile as sf
 import speechiter
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
-from speechiter.pitch import PitchExtractor, collate_pitch, continuous, import_pyworld
+from speechiter.dataset.pitch import PitchExtractor, collate_pitch, continuous, import_pyworld
 
 pyworld = pytest.importorskip("pyworld")
 interpolate = pytest.importorskip("scipy.interpolate")
@@ -149,7 +149,7 @@ def test_pyworld_without_pkg_resources_says_what_to_install(monkeypatch):
 
 def test_importing_pyworld_prints_no_pkg_resources_warning():
     pytest.importorskip("pyworld")
-    code = "from speechiter.pitch import import_pyworld; import_pyworld()"
+    code = "from speechiter.dataset.pitch import import_pyworld; import_pyworld()"
     done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", code], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and "pkg_resources" not in done.stderr, done.stderr

@@ -37,7 +37,7 @@ from speechiter.errors import ConfigError, DataError
 from speechiter.features import LogMel, load_feat_conf
 from speechiter.ids import LengthMap
 from speechiter.paths import YAML_FILE
-from speechiter.pitch import PitchExtractor, collate_pitch
+from speechiter.dataset.pitch import PitchExtractor, collate_pitch
 from speechiter.seeding import rng
 from speechiter.io.kaldi_segments import is_kaldi_segments, read_wav_scp
 from speechiter.io.storage import redact
@@ -105,7 +105,7 @@ class SpeechTextDataset(Dataset):
         self.feat_extractor = self._feat_extractor(conf, sample_rate)
         # audio is read at this rate (resampled if stored at another one)
         self.read_rate = self.feat_extractor.sample_rate if self.feat_extractor else sample_rate
-        # pitch_conf: speechiter/pitch.py; use_g2p, unk_mask_prob: speechiter/text.py
+        # pitch_conf: speechiter/dataset/pitch.py; use_g2p, unk_mask_prob: speechiter/text.py
         self.pitch = PitchExtractor.from_conf(pitch_conf, sample_rate, "feat" in self.main_data, feat_conf)
         self.text_transforms = TextTransforms.from_options(use_g2p, unk_mask_prob, "text" in self.main_data)
 
