@@ -1,5 +1,6 @@
 """Tests for speechiter.config: tags, layouts, overrides, structure errors."""
 import copy
+import os
 import pickle
 import textwrap
 import time
@@ -685,3 +686,13 @@ def test_world_size_zero_given_to_build_iterators_is_an_error(tmp_path, corpus):
         """))
     with pytest.raises(ConfigError, match=r"world_size: expected a positive integer, got 0"):
         build_iterators(cfg, num_workers=0, groups=("train",), rank=0, world_size=0)
+
+
+@pytest.mark.timeout(30)
+def test_a_recipe_that_is_a_fifo_or_a_device_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "recipe.yaml"
+    os.mkfifo(fifo)  # reading it would block until a writer comes
+    with pytest.raises(ConfigError, match=r"recipe\.yaml: is a FIFO \(named pipe\), expected a YAML file$"):
+        load_config(fifo)
+    with pytest.raises(ConfigError, match=r"^/dev/zero: is a character device, expected a YAML file$"):
+        load_config("/dev/zero")  # would never end

@@ -26,6 +26,7 @@ anything inside the groups, or with the variable name for a variable.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -37,6 +38,10 @@ from speechiter.config.refs import Resolver
 from speechiter.config.tags import KNOWN_TAGS, Ref, SpeechLoader, one_line, parse_yaml
 from speechiter.errors import ConfigError
 from speechiter.paths import PathPolicy, speechain_root_path
+from speechiter.user_files import read_user_file
+
+#: the largest YAML file read (a recipe is kilobytes; a mistyped /dev/zero must not fill the memory)
+MAX_YAML_BYTES = 64 * 2 ** 20
 
 __all__ = ["ALLOWED_COMBINATIONS", "GROUPS", "KNOWN_TAGS", "DataConfig", "IteratorSpec", "Ref", "SpeechLoader",
            "check_groups", "config_dir", "iter_specs", "iterator_label", "load_config", "parse_override",
@@ -82,12 +87,15 @@ def config_dir(data_cfg: dict) -> Path | None:
 def read_yaml_file(path: Path) -> Any:
     """Parse a YAML file with the checks of tags.py (duplicate keys, alias bombs, no object tags); a UTF-8
     BOM at its start is dropped. Errors are ConfigErrors naming the file (and line)."""
-    if not path.is_file():
-        what = "is a folder, not a YAML file" if path.is_dir() else "no such file"
-        raise ConfigError(str(path), what)
+    if path.is_dir() or not os.path.lexists(path):
+        raise ConfigError(str(path), "is a folder, not a YAML file" if path.is_dir() else "no such file")
+    try:  # a FIFO or /dev/zero is refused, never read
+        data = read_user_file(str(path), "", "YAML file", MAX_YAML_BYTES)
+    except ConfigError as error:  # its message starts with the file
+        raise ConfigError(str(path), error.message.split(": ", 1)[-1]) from None
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as error:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
         raise ConfigError(str(path), f"cannot read: {one_line(error)}") from None
     return parse_yaml(text, str(path))
 
