@@ -67,7 +67,7 @@ def _read_table(folder: str) -> Dict[str, dict]:
 
         def get():
             try:
-                return fs.cat_file(path)
+                return fs.cat_file(path, start=0)  # a ranged GET: no HEAD for the size first
             except FileNotFoundError:
                 return None
         text = call(path, get)
