@@ -16,6 +16,8 @@ process), what its code needs beyond the ids travels in one record,
   speechiter/batch_memory.py);
 - ``reads``: the storage reads started for the batch's URL values (see
   NOTE [ Reading a batch's URLs together ] in dataset/prefetch.py);
+- ``byte_reads``: the coalesced reads of the batch's byte-range values (see
+  NOTE [ Coalesced reads ] in speechiter/io/coalesce.py);
 - ``expected_lengths``: ``(LengthMap, files)`` of the waveform length file the
   decoded audio is checked against, set by the reader the engine builds with
   (see NOTE [ Length files are checked ] in dataset/length_check.py).
@@ -34,7 +36,8 @@ __all__ = ["BatchContext", "current_batch"]
 class BatchContext:
     """What the batch being built in this thread needs (see NOTE [ Batch context ])."""
 
-    __slots__ = ("seed", "generator", "py_random", "np_random", "allocator", "reads", "expected_lengths")
+    __slots__ = ("seed", "generator", "py_random", "np_random", "allocator", "reads", "byte_reads",
+                 "expected_lengths")
 
     def __init__(self):
         self.seed: Optional[int] = None
@@ -43,6 +46,7 @@ class BatchContext:
         self.np_random: Any = None  # numpy RandomState, in isolated threads
         self.allocator: Any = None  # speechiter.batch_memory.BatchAllocator
         self.reads: Optional[dict] = None  # {value: [Future, ...]}
+        self.byte_reads: Any = None  # speechiter.io.coalesce.BatchReads
         self.expected_lengths: Optional[tuple] = None  # (LengthMap, files)
 
     def __repr__(self):

@@ -23,6 +23,11 @@ process: its threads (``storage-read_N``) idle between batches and are not an
 iterator's engine threads, which end with the iterator. The started reads are
 kept in the batch's context (see NOTE [ Batch context ] in
 speechiter/batch_context.py).
+
+Byte-range values (``shard.pack#bytes=a-b``, local or URL) are read another
+way: their ranges are merged per object and each merged range is one read on
+this pool (NOTE [ Coalesced reads ] in speechiter/io/coalesce.py); decoding
+stays with the batch's builder, as for local files.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from concurrent.futures import Future
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from speechiter.batch_context import current_batch
+from speechiter.io.coalesce import BYTES_MARK, start_batch_reads
 from speechiter.io.storage import is_url
 from speechiter.sequence.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
 
@@ -61,7 +67,15 @@ def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
     (told by the first; a batch of local files costs one lookup); inside the
     block, :func:`take` returns their results."""
     context = current_batch()
-    if column is None or len(ids) < 2 or context.reads is not None or not is_url(column[ids[0]]):
+    if column is None or len(ids) < 2 or context.reads is not None or context.byte_reads is not None:
+        yield
+        return
+    first = column[ids[0]]
+    if BYTES_MARK in first:
+        with _byte_reads(context, [column[uid] for uid in ids]):
+            yield
+        return
+    if not is_url(first):
         yield
         return
     urls = [value for value in (column[uid] for uid in ids) if is_url(value)]
@@ -77,6 +91,17 @@ def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
         for futures in reads.values():
             for future in futures:
                 future.cancel()
+
+
+@contextlib.contextmanager
+def _byte_reads(context, values: List[str]) -> Iterator[None]:
+    context.byte_reads = start_batch_reads(values, _the_pool().submit)
+    try:
+        yield
+    finally:
+        if context.byte_reads is not None:
+            context.byte_reads.cancel()
+        context.byte_reads = None
 
 
 def take(value: str, read: Callable[[str], object]) -> object:

@@ -6,7 +6,8 @@ same rule the readers use.
 
 =================  ==========================================================
 ``source``         a value as a :class:`~speechiter.io.source.Source`: file or
-                   URL, chunk key (``pack.hdf5:utt``), time range (``#t=``)
+                   URL, chunk key (``pack.hdf5:utt``), time range (``#t=``),
+                   byte range (``#bytes=``)
 ``samples``        the sample-count rule (Lhotse's ``compute_num_samples``),
                    time ranges in samples, lengths after resampling
 ``read``           the entry points: ``read_feat`` (any value to float32
@@ -18,6 +19,9 @@ same rule the readers use.
 ``headers``        decoded lengths checked against WAV / FLAC headers
 ``remote``         audio at URLs: ranged WAV reads, libsndfile over fsspec
 ``storage``        URLs through fsspec: filesystems, retries, redaction
+``embedded``       a file in a byte range (pack shard), decoded from memory
+``coalesce``       a batch's byte ranges merged per object: one read each
+``shards``         ranged reads of a pack shard, checked against shards.json
 ``url_file``       a URL as a file object; read errors kept, none lost in C
 ``arrays``         npy / npz / HDF5 entries and the HDF5 handle cache
 ``resample``       soxr resampling to an exact length

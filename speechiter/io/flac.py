@@ -29,7 +29,7 @@ try:
 except ImportError:  # pragma: no cover - a dependency; libsndfile reads FLAC too
     _lib = None
 
-__all__ = ["read_flac"]
+__all__ = ["read_flac", "read_flac_bytes"]
 
 _STREAMED_BLOCK = 1 << 20  # frames per read when the header gives no length
 
@@ -44,7 +44,18 @@ def read_flac(file, select=None):
     count)`` reads only those frames (a seek, then a decode of ``count``)."""
     if not available():
         return None
-    handle = _lib.ma_dr_flac_open_file(os.fsencode(file), _ffi.NULL)
+    return _read(_lib.ma_dr_flac_open_file(os.fsencode(file), _ffi.NULL), select, file)
+
+
+def read_flac_bytes(data: bytes, select=None, where: str = "<bytes>"):
+    """:func:`read_flac` of a FLAC file held in memory (``where`` names it in errors)."""
+    if not available():
+        return None
+    buffer = _ffi.from_buffer(data)  # alive until the decode ends
+    return _read(_lib.ma_dr_flac_open_memory(buffer, len(data), _ffi.NULL), select, where)
+
+
+def _read(handle, select, file):
     if handle == _ffi.NULL:
         raise DataError(f"{file}: cannot read audio (not a valid FLAC file)")
     try:

@@ -12,13 +12,14 @@ Streamed files, whose headers leave sizes out (0 or a placeholder), pass.
 """
 from __future__ import annotations
 
+import io
 import os
 from typing import Optional
 
 from speechiter.errors import DataError
 from speechiter.io.wav import read_wav_header
 
-__all__ = ["check_decoded"]
+__all__ = ["check_decoded", "check_decoded_bytes"]
 
 _HEAD = 4096  # bytes read at once: every header of a plain file
 # FLAC frame header codes (RFC 9639, 9.1): sample rate, then bits per sample.
@@ -32,15 +33,25 @@ def check_decoded(file: str, num_frames: int) -> None:
     the header that gave them disagree with the file's WAV or FLAC header;
     other formats pass."""
     with open(file, "rb", buffering=0) as f:
-        head = f.read(_HEAD)
-        if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-            problem = _wav_problem(_Bytes(f, head), os.fstat(f.fileno()).st_size, num_frames)
-        elif head[:4] == b"fLaC":
-            problem = _flac_problem(_Bytes(f, head), num_frames)
-        else:
-            problem = None
+        problem = _problem(f, os.fstat(f.fileno()).st_size, num_frames)
     if problem:
         raise DataError(f"{file}: {problem}")
+
+
+def check_decoded_bytes(data: bytes, where: str, num_frames: int) -> None:
+    """:func:`check_decoded` of an audio file held in memory (``where`` names it)."""
+    problem = _problem(io.BytesIO(data), len(data), num_frames)
+    if problem:
+        raise DataError(f"{where}: {problem}")
+
+
+def _problem(f, size: int, num_frames: int) -> Optional[str]:
+    head = f.read(_HEAD)
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return _wav_problem(_Bytes(f, head), size, num_frames)
+    if head[:4] == b"fLaC":
+        return _flac_problem(_Bytes(f, head), num_frames)
+    return None
 
 
 class _Bytes:

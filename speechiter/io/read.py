@@ -16,7 +16,8 @@ import numpy as np
 
 from speechiter.errors import DataError
 from speechiter.io.arrays import array_num_frames, is_array_file, is_hdf5_file, read_array
-from speechiter.io.audio import audio_info, read_audio
+from speechiter.io.audio import audio_info, range_select, read_audio
+from speechiter.io.embedded import embedded_info, read_embedded
 from speechiter.io.pcm import to_float32_2d
 from speechiter.io.resample import resample
 from speechiter.io.samples import sample_range
@@ -43,6 +44,9 @@ def read_feat(value: str, sample_rate: Optional[int] = None) -> np.ndarray:
       resampled like audio;
     - any of these with a time range ``#t=<start>,<end>`` (seconds; see NOTE
       [ Segment values ] in speechiter/io/source.py): only that range is read;
+    - any of these but HDF5 / npz in a byte range ``#bytes=<first>-<last>`` of
+      a bigger object, a pack shard (see NOTE [ Byte-range values ] in
+      speechiter/io/source.py), decoded from memory;
     - URLs (``s3://``, ``gs://``, ``http(s)://``) for any of these, read
       through fsspec (see :mod:`speechiter.io.storage`).
 
@@ -56,9 +60,13 @@ def read_feat(value: str, sample_rate: Optional[int] = None) -> np.ndarray:
     """
     source = parse_source(value)
     check_data_file(source.file)
-    if not is_array_file(source.file):
-        x, rate = read_audio(source.file, source.time_range)
-        if sample_rate is not None and int(rate) != int(sample_rate):
+    if source.byte_range is not None or not is_array_file(source.file):
+        if source.byte_range is None:
+            x, rate = read_audio(source.file, source.time_range)
+        else:  # audio (or a .npy: no rate) from memory
+            x, rate = read_embedded(source, None if source.time_range is None
+                                    else range_select(source.time_range, redact(source.entry)))
+        if rate is not None and sample_rate is not None and int(rate) != int(sample_rate):
             x = resample(x, rate, sample_rate)
         return x
     array, stored_rate = read_array(source.file, source.key, source.time_range)
@@ -79,7 +87,9 @@ def data_num_frames(value: str) -> Tuple[int, Optional[int]]:
     the number of samples it reads."""
     source = parse_source(value)
     check_data_file(source.file)
-    if is_array_file(source.file):
+    if source.byte_range is not None:
+        frames, rate = embedded_info(source)
+    elif is_array_file(source.file):
         frames, rate = array_num_frames(source.file, source.key)
     else:
         frames, rate = audio_info(source.file)

@@ -3,6 +3,7 @@
     parse_source("rec1.flac")                  Source(file="rec1.flac")
     parse_source("s3://b/rec1.wav#t=1.5,2")    Source(file="s3://b/rec1.wav", time_range=TimeRange(1.5, 2.0))
     parse_source("pack.hdf5:utt1#t=0.5")       Source(file="pack.hdf5", key="utt1", time_range=TimeRange(0.5, None))
+    parse_source("s3://b/p.pack#bytes=0-99")   Source(file="s3://b/p.pack", byte_range=ByteRange(0, 99))
 
 The value is resolved already (see :func:`speechiter.paths.resolve_data_path`).
 Every reader of :mod:`speechiter.io` starts here, as Lhotse's ``AudioSource``
@@ -19,9 +20,18 @@ speechiter/importers/writer.py)::
 
 Which samples a range reads is NOTE [ Segment samples ] in
 speechiter/io/samples.py. Only the range is read: a seek and a read, not a
-decode of the file. A fragment is the last suffix of a value; a byte range of
-an encoded file inside a bigger object (``#bytes=<first>-<last>``) would be
-split off here too, beside the time range.
+decode of the file. A fragment is the last suffix of a value.
+
+# NOTE [ Byte-range values ]
+A value may name a byte range of a bigger object (a pack shard, see
+speechiter/pack/), inclusive as in an HTTP Range header::
+
+    s3://b/train-00003.pack#bytes=1048576-1203455    an encoded audio file (WAV, FLAC, ...) or a .npy
+    shard-00000.pack#bytes=0-4095#t=0.5,1            a time range of the audio those bytes hold
+
+The bytes are read (one ranged read, or a slice of a batch's coalesced read,
+see speechiter/io/coalesce.py) and decoded from memory
+(speechiter/io/embedded.py). The kind is told by the bytes, not the name.
 """
 from __future__ import annotations
 
@@ -32,10 +42,12 @@ from typing import NamedTuple, Optional, Tuple, Union
 from speechiter.errors import DataError
 from speechiter.io.storage import is_url
 
-__all__ = ["NPT", "TimeRange", "Source", "parse_source", "split_time_range", "split_chunk_key"]
+__all__ = ["NPT", "TimeRange", "ByteRange", "Source", "parse_source", "split_time_range", "split_byte_range",
+           "split_chunk_key"]
 
 NPT = r"[0-9]+(?:\.[0-9]*)?"  # Media Fragments npt-sec (no hh:mm:ss)
 _FRAGMENT_RE = re.compile(rf"#t=(?:npt:)?({NPT})(?:,({NPT}))?$")
+_BYTES_RE = re.compile(r"#bytes=([0-9]+)-([0-9]+)$")
 _CHUNK_RE = re.compile(r"^(.*?\.(?:hdf5|h5|npz)):(.+)$", re.IGNORECASE)
 
 
@@ -44,12 +56,25 @@ class TimeRange(NamedTuple):
     end: Optional[float]  # seconds; None: to the end of the file
 
 
+class ByteRange(NamedTuple):
+    first: int  # the first byte
+    last: int  # the last byte (inclusive)
+
+    @property
+    def size(self) -> int:
+        return self.last - self.first + 1
+
+    def __str__(self):
+        return f"#bytes={self.first}-{self.last}"
+
+
 class Source(NamedTuple):
     """Where the samples of one data value are."""
 
     file: str  # a local path or a URL
     key: Optional[str] = None  # the entry of a chunk file (.hdf5, .h5, .npz)
     time_range: Optional[TimeRange] = None  # None: all of it
+    byte_range: Optional[ByteRange] = None  # an encoded file inside ``file``; See NOTE [ Byte-range values ]
 
     @property
     def is_url(self) -> bool:
@@ -57,16 +82,18 @@ class Source(NamedTuple):
 
     @property
     def entry(self) -> str:
-        """The value without its time range: ``file`` or ``file:key``."""
-        return self.file if self.key is None else f"{self.file}:{self.key}"
+        """The value without its time range: ``file``, ``file:key`` or ``file#bytes=a-b``."""
+        entry = self.file if self.key is None else f"{self.file}:{self.key}"
+        return entry if self.byte_range is None else f"{entry}{self.byte_range}"
 
 
 def parse_source(value: str) -> Source:
     """The :class:`Source` of a resolved data value. Raises DataError for an
-    empty time range."""
+    empty time or byte range."""
     value, time_range = split_time_range(value)
+    value, byte_range = split_byte_range(value)
     file, key = split_chunk_key(value)
-    return Source(file, key, time_range)
+    return Source(file, key, time_range, byte_range)
 
 
 def split_time_range(value: str) -> Tuple[str, Optional[TimeRange]]:
@@ -80,6 +107,18 @@ def split_time_range(value: str) -> Tuple[str, Optional[TimeRange]]:
     if end is not None and end <= start:
         raise DataError(f"{value}: the time range ends at {end} s, not after its start ({start} s)")
     return value[:match.start()], TimeRange(start, end)
+
+
+def split_byte_range(value: str) -> Tuple[str, Optional[ByteRange]]:
+    """``"p.pack#bytes=0-99"`` -> ``("p.pack", ByteRange(0, 99))``; a value with
+    no ``#bytes=`` suffix -> ``(value, None)``. Raises DataError for an empty range."""
+    match = _BYTES_RE.search(value)
+    if match is None:
+        return value, None
+    first, last = int(match.group(1)), int(match.group(2))
+    if last < first:
+        raise DataError(f"{value}: the byte range ends at byte {last}, before its first byte ({first})")
+    return value[:match.start()], ByteRange(first, last)
 
 
 def split_chunk_key(value: Union[str, os.PathLike]) -> Tuple[str, Optional[str]]:

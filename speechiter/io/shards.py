@@ -1,0 +1,188 @@
+"""Bytes of an object (local file or URL), checked: the pack's shard table, the object's end.
+
+# NOTE [ Shard integrity ]
+A pack (speechiter/pack/) records each shard's size, and its mtime (local) or
+ETag (a store that gives one), in ``shards.json`` beside the shards. A shard
+that changed after it was written must be an error naming it, never garbage
+audio. So before this process first reads a byte range of an object, the
+``shards.json`` of its folder is read (once per folder per process; a folder
+without one is not a pack, and nothing is checked), and a listed shard is
+checked once per process:
+
+- local: ``os.stat`` against the recorded size and mtime;
+- S3 with a recorded ETag: every ranged read is a conditional GET
+  (``If-Match``), so the store refuses a changed object with no extra request;
+- other stores: one ``info`` (HEAD) per shard per process: size, and ETag where
+  given.
+
+A pack copied on purpose (``cp`` without ``-p`` changes mtimes) is sealed
+again with ``python -m speechiter.pack --reseal DIR``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Dict, Optional
+
+from speechiter.errors import DataError
+from speechiter.io.storage import _status, call, filesystem, is_url, read_range, redact
+
+__all__ = ["SHARDS_FILE", "read_bytes", "shard_record", "clear_shards"]
+
+SHARDS_FILE = "shards.json"
+_tables: Dict[str, Dict[str, dict]] = {}  # folder -> {shard name: record}; plain data, a forked child keeps it
+_checked: Dict[str, Optional[str]] = {}  # shard -> the ETag its reads are conditional on (None: checked)
+_lock = threading.Lock()
+
+
+def clear_shards() -> None:
+    """Forget the shard tables and checks (tests that change a pack)."""
+    with _lock:
+        _tables.clear()
+        _checked.clear()
+
+
+def _split(file: str):
+    folder, _, name = file.rpartition("/") if is_url(file) else (os.path.dirname(file), None,
+                                                                   os.path.basename(file))
+    return folder, name
+
+
+def shard_record(file: str) -> Optional[dict]:
+    """The record ``shards.json`` keeps for ``file`` (None: not a listed shard)."""
+    folder, name = _split(file)
+    table = _tables.get(folder)
+    if table is None:
+        table = _read_table(folder)
+        with _lock:
+            _tables[folder] = table
+    return table.get(name)
+
+
+def _read_table(folder: str) -> Dict[str, dict]:
+    path = f"{folder}/{SHARDS_FILE}" if is_url(folder) else os.path.join(folder, SHARDS_FILE)
+    if is_url(path):
+        fs = filesystem(path)
+
+        def get():
+            try:
+                return fs.cat_file(path, start=0)  # a ranged GET: no HEAD for the size first
+            except FileNotFoundError:
+                return None
+        text = call(path, get)
+    else:
+        try:
+            with open(path, "rb") as f:
+                text = f.read()
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise DataError(f"{path}: cannot read the pack's shard table ({e.strerror or e})") from None
+    if text is None:
+        return {}
+    try:
+        shards = json.loads(text)["shards"]
+        if not isinstance(shards, dict):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise DataError(f"{redact(path)}: not a shard table (expected JSON with a 'shards' mapping)") from None
+    return shards
+
+
+def _changed(file: str, what: str) -> DataError:
+    return DataError(f"{redact(file)}: the pack shard changed after it was written ({what}); write the pack again "
+                     f"(python -m speechiter.pack), or reseal a deliberate copy with "
+                     f"python -m speechiter.pack --reseal <pack folder>")
+
+
+def _check(file: str) -> Optional[str]:
+    """Check ``file`` against its record (once per process); the ETag its reads
+    are to be conditional on, or None. See NOTE [ Shard integrity ]."""
+    if file in _checked:
+        return _checked[file]
+    record = shard_record(file)
+    etag = None
+    if record is not None:
+        size = record.get("size")
+        if not is_url(file):
+            st = os.stat(file)
+            if size is not None and st.st_size != size:
+                raise _changed(file, f"{st.st_size} bytes, {SHARDS_FILE} says {size}")
+            mtime = record.get("mtime_ns")
+            if mtime is not None and st.st_mtime_ns != mtime:
+                raise _changed(file, f"modified at mtime_ns {st.st_mtime_ns}, {SHARDS_FILE} says {mtime}")
+        elif record.get("etag") and file.split("://", 1)[0].lower() in ("s3", "s3a") \
+                and not os.environ.get("SPEECHITER_STORAGE_CACHE"):
+            etag = record["etag"]  # checked by the store on every read
+        else:
+            info = call(file, lambda: filesystem(file).info(file), "read the object's size")
+            if size is not None and int(info.get("size") or -1) != size:
+                raise _changed(file, f"{info.get('size')} bytes, {SHARDS_FILE} says {size}")
+            now = info.get("ETag") or info.get("etag")
+            if record.get("etag") and now and now.strip('"') != str(record["etag"]).strip('"'):
+                raise _changed(file, f"ETag {now}, {SHARDS_FILE} says {record['etag']}")
+    with _lock:
+        _checked[file] = etag
+    return etag
+
+
+def read_bytes(file: str, first: int, last: int, short_ok: bool = False) -> bytes:
+    """Bytes ``first..last`` (inclusive) of ``file``, a path or URL: one read,
+    after the shard check (NOTE [ Shard integrity ]). A range past the object's
+    end is a DataError naming it, or, with ``short_ok``, the bytes there are."""
+    etag = _check(file)
+    if is_url(file):
+        data = _read_remote(file, first, last + 1, etag)
+    else:
+        try:
+            fd = os.open(file, os.O_RDONLY)
+        except OSError as e:
+            raise DataError(f"{file}: cannot read it ({e.strerror or e})") from None
+        try:
+            data = os.pread(fd, last + 1 - first, first)
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    if len(data) < last + 1 - first and not short_ok:
+        if is_url(file):
+            size = call(file, lambda: filesystem(file).size(file), "read the object's size")
+        raise DataError(f"{redact(file)}: the byte range {first}-{last} runs past the end of the object "
+                        f"({size} bytes)")
+    return data
+
+
+def _read_remote(url: str, start: int, end: int, etag: Optional[str]) -> bytes:
+    """One ranged GET (conditional on ``etag`` for S3); an unsatisfiable range gives no bytes."""
+    if etag is None:
+        try:
+            return read_range(url, start, end)
+        except DataError as e:
+            if "InvalidRange" in str(e) or " 416" in str(e):
+                return b""
+            raise
+    fs = filesystem(url)
+    bucket, key, _ = fs.split_path(url)
+
+    async def get():
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}",
+                                     IfMatch=etag)
+        try:
+            return await response["Body"].read()
+        finally:
+            response["Body"].close()
+
+    def read():
+        from fsspec.asyn import sync
+
+        try:
+            return sync(fs.loop, get)
+        except Exception as e:  # the store's answer decides: See NOTE [ Storage failures ] in storage.py
+            status = _status(e)
+            if status == 412 or "PreconditionFailed" in str(e):
+                raise _changed(url, f"its ETag is no longer {etag}") from None
+            if status == 416 or "InvalidRange" in str(e):
+                return b""
+            raise
+
+    return call(url, read)
