@@ -90,3 +90,21 @@ def test_a_typo_in_an_option_passed_on_with_kwargs_names_its_yaml_path(tmp_path,
     with pytest.raises(ConfigError, match=r"^data_cfg\.test\.noisy\.conf\.dataset_conf\.sample_rat: unknown option of "
                                           r"NoisySpeech; did you mean 'sample_rate'\? accepted: .*min_snr"):
         speechiter.build_iterators(speechiter.load_config(recipe), num_workers=0)
+
+
+def test_the_contents_list_every_section_in_order():
+    text = HANDBOOK.read_text()
+    sections = re.findall(r"^## (.+)$", text, re.M)
+    listed = re.findall(r"^\d+\. \[([^\]]+)\]\(#([^)]+)\)$", text.split("\n## ", 1)[0], re.M)
+    assert [title.split(":")[0] for title, _ in listed] == [title.split(":")[0] for title in sections]
+    anchors = {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in sections}
+    assert {anchor for _, anchor in listed} <= anchors
+
+
+def test_every_design_note_the_architecture_section_names_is_in_the_code():
+    text = HANDBOOK.read_text()
+    section = text.split("## Architecture\n", 1)[1].split("\n## ", 1)[0]
+    source = " ".join(" ".join(path.read_text().split())
+                      for path in (HANDBOOK.parent / "speechiter").rglob("*.py"))
+    names = {" ".join(name.split()) for name in re.findall(r"`\[ ([^\]]+?) \]`", section)}
+    assert names and not {name for name in names if f"NOTE [ {name} ]" not in source}
