@@ -30,7 +30,7 @@ import threading
 from concurrent.futures import Future
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
-from speechiter.sequence.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
+from speechiter.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
 from speechiter.storage import is_url
 
 __all__ = ["POOL_THREADS", "reading_together", "take"]
