@@ -20,8 +20,8 @@ the msequence engine polls at most ``POLL_S`` at a time and calls
 :func:`check`, so a signal swallowed by a finalizer still ends the run within
 that time. Waiting cannot end a thread blocked in a read (a stalled store):
 thread workers and the threads that read a batch's URLs are daemon threads,
-joined for a bounded time and then abandoned (sequence/pools.py,
-sequence/daemon_pool.py), so the process exits without them.
+joined for a bounded time and then abandoned (sequence/pools.py and
+daemon_pool.py), so the process exits without them.
 """
 import signal
 import threading

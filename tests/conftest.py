@@ -7,17 +7,20 @@
 - ``corpus``: ``make_corpus(tmp_path / "corpus")``.
 - ``demo_root``: the shipped demo corpus, ``demo/data`` (train/valid/test).
 - ``load_tool(name)``: imports ``tools/<name>.py`` as a module.
-- ``no_leaks`` (autouse): after every test, no child process, no /dev/shm
-  segment of this process and no engine thread (``speechiter-*``) is left.
+- ``no_leaks`` (autouse): after every test (at its module's end when it uses a
+  module- or session-scoped fixture), no child process or loading worker, no
+  /dev/shm segment of this process and no engine thread (``speechiter-*``).
 """
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing.forkserver
 import os
 import sys
 import threading
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.processes import children, stop_resource_tracker
@@ -87,11 +90,43 @@ def engine_threads():
     return [t.name for t in threading.enumerate() if t.name.startswith("speechiter-") and t.is_alive()]
 
 
-@pytest.fixture(autouse=True)
-def no_leaks():
-    """After every test: no child processes, no segments of this process, no engine threads."""
-    yield
-    stop_resource_tracker()  # see tests/processes.py
+def fork_server_workers():
+    """Worker processes of this process's fork server (``children()`` leaves them out with the server)."""
+    server = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    try:
+        return [] if server is None else [p for p in psutil.Process(server).children() if p.status() != "zombie"]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def check_no_leaks():
+    workers = fork_server_workers()
+    assert workers == [], "loading workers outlived the test"
+    stop_resource_tracker()  # see tests/processes.py; with workers alive it would wait for them
     assert children() == []
     assert shm_leftovers() == []
     assert engine_threads() == []
+
+
+def _shares_fixtures(item) -> bool:
+    """Whether the test uses a module- or session-scoped fixture (which may hold iterators across tests)."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(defs and defs[-1].scope != "function" for defs in info.name2fixturedefs.values())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_leaks_at_module_end():
+    """Once a module's own fixtures are torn down: nothing of it is left (see no_leaks)."""
+    yield
+    check_no_leaks()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    """After every test: no child process (workers included), no segment of this process, no engine thread.
+
+    A test that uses a module- or session-scoped fixture is checked at its module's end instead.
+    """
+    yield
+    if not _shares_fixtures(request.node):
+        check_no_leaks()

@@ -40,7 +40,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 from speechiter.batch_context import current_batch
 from speechiter.io.coalesce import BYTES_MARK, start_batch_reads
 from speechiter.io.storage import is_url
-from speechiter.sequence.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
+from speechiter.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
 
 __all__ = ["POOL_THREADS", "reading_together", "take"]
 

@@ -14,9 +14,10 @@ names the limit, the numbers and how to raise it:
   server is cut half-way, which would kill the server);
 - any EMFILE the engine meets (starting workers, mapping a segment, a worker's
   dataset opening a file) is translated by :func:`explain`;
-- a worker reserves the bytes of a new or growing segment (posix_fallocate,
-  shm/segments.py) and gets :func:`shm_full` instead of SIGBUS; a worker that
-  still dies of SIGBUS (a batch_empty array written past what was reserved) is
+- a worker reserves the bytes of a slot before it writes them (posix_fallocate:
+  a new segment, a batch larger than the slot held so far, the space
+  batch_empty hands out; shm/segments.py and shm/slots.py) and gets
+  :func:`shm_full` instead of SIGBUS; a worker that still dies of SIGBUS is
   reported with the free space (:func:`sigbus_hint`).
 """
 import errno

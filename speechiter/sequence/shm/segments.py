@@ -33,7 +33,7 @@ import secrets
 from multiprocessing import resource_tracker
 from typing import List, Optional
 
-from speechiter.sequence.limits import explain, shm_full
+from speechiter.sequence.limits import is_emfile, open_files_error, shm_full
 from speechiter.sequence.shm.stale import owner_tag
 
 try:
@@ -67,7 +67,9 @@ def create_segment(name: str, size: int, reserve: int = 0, tracked: bool = False
     except OSError as error:
         if tracked:
             resource_tracker.unregister("/" + name, "shared_memory")
-        raise explain(error) from error
+        if is_emfile(error):
+            raise open_files_error() from error
+        raise
     try:
         os.ftruncate(fd, size)
         _reserve(fd, reserve)
@@ -106,7 +108,9 @@ def _open_fd(name: str) -> int:
     try:
         return _posixshmem.shm_open("/" + name, os.O_RDWR, mode=0o600)
     except OSError as error:
-        raise explain(error) from error
+        if is_emfile(error):
+            raise open_files_error() from error
+        raise
 
 
 def open_segment(name: str, size: int) -> mmap.mmap:
