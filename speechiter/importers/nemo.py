@@ -36,12 +36,11 @@ import os
 import re
 import sys
 import warnings
-from pathlib import Path
 
-from speechiter.importers.command import Parser, run_main
-from speechiter.importers.tar_index import Keys, TarShard, audio_utterance, expand_shards, write_index
+from speechiter.importers.tar_index import (Keys, TarShard, audio_utterance, command, expand_shards, read_object,
+                                            write_index)
 from speechiter.importers.utterance import InputError
-from speechiter.io.storage import call, filesystem, is_url
+from speechiter.io.storage import is_url
 
 __all__ = ["import_nemo", "main"]
 
@@ -51,14 +50,9 @@ _NUMBER_RE = re.compile(r"(\d+)\.tar$")
 def _manifest(manifest: str):
     """``[(line number, entry)]`` of a JSON-lines manifest."""
     try:
-        if is_url(manifest):
-            data = call(manifest, lambda: filesystem(manifest).cat_file(manifest))
-        else:
-            with open(manifest, "rb") as f:
-                data = f.read()
-        text = data.decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{manifest}: cannot read the manifest ({getattr(e, 'strerror', None) or e})") from None
+        text = read_object(manifest, "the manifest").decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{manifest}: the manifest is not UTF-8 text ({e.reason} at byte {e.start})") from None
     rows = []
     for lineno, line in enumerate(text.split("\n"), 1):
         if line.strip():
@@ -129,16 +123,14 @@ def import_nemo(manifest, out_dir, tars=None, absolute=False):
 
 
 def main(argv=None):
-    parser = Parser("speechiter.importers.nemo", __doc__)
-    parser.add_argument("manifest", help="the tarred dataset's manifest (JSON lines)")
-    parser.add_argument("out_dir", type=Path, help="folder to write the idx2 files into (created if needed)")
-    parser.add_argument("--tars", nargs="+", metavar="TAR",
-                        help="the tars: brace ranges ('audio_{0..N}.tar'), globs or a list (default: the "
-                             "audio_*.tar files beside the manifest)")
-    parser.add_argument("--absolute", action="store_true",
-                        help="write absolute tar paths in idx2wav (default: relative ones relative to OUT_DIR)")
-    args = parser.parse_args(argv)
-    return run_main(parser, lambda a: import_nemo(a.manifest, a.out_dir, a.tars, a.absolute), args)
+    def inputs(parser):
+        parser.add_argument("manifest", help="the tarred dataset's manifest (JSON lines)")
+        parser.add_argument("--tars", nargs="+", metavar="TAR",
+                            help="the tars: brace ranges ('audio_{0..N}.tar'), globs or a list (default: the "
+                                 "audio_*.tar files beside the manifest)")
+
+    return command("speechiter.importers.nemo", __doc__, inputs,
+                   lambda a: import_nemo(a.manifest, a.out_dir, a.tars, a.absolute), argv)
 
 
 if __name__ == "__main__":

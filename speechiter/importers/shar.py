@@ -32,11 +32,9 @@ import os
 import re
 import sys
 import warnings
-from pathlib import Path
 
-from speechiter.importers.command import Parser, run_main
-from speechiter.importers.tar_index import (AUDIO_EXTENSIONS, Keys, TarShard, audio_utterance, member_key,
-                                            write_index)
+from speechiter.importers.tar_index import (AUDIO_EXTENSIONS, Keys, TarShard, audio_utterance, command,
+                                            member_key, read_object, write_index)
 from speechiter.importers.utterance import InputError
 from speechiter.io.storage import call, filesystem, is_url
 
@@ -64,12 +62,8 @@ def _listing(shar_dir: str):
 def _cuts(shar_dir: str, name: str):
     """``[(line number, cut dict)]`` of a cuts file."""
     path = f"{shar_dir.rstrip('/')}/{name}" if is_url(shar_dir) else os.path.join(shar_dir, name)
+    data = read_object(path, "the cuts")
     try:
-        if is_url(path):
-            data = call(path, lambda: filesystem(path).cat_file(path))
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
         text = (gzip.decompress(data) if name.endswith(".gz") else data).decode("utf-8")
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read the cuts ({e})") from None
@@ -123,13 +117,11 @@ def import_shar(shar_dir, out_dir, absolute=False):
 
 
 def main(argv=None):
-    parser = Parser("speechiter.importers.shar", __doc__)
-    parser.add_argument("shar_dir", help="Lhotse Shar directory (a path or URL)")
-    parser.add_argument("out_dir", type=Path, help="folder to write the idx2 files into (created if needed)")
-    parser.add_argument("--absolute", action="store_true",
-                        help="write absolute tar paths in idx2wav (default: relative ones relative to OUT_DIR)")
-    args = parser.parse_args(argv)
-    return run_main(parser, lambda a: import_shar(a.shar_dir, a.out_dir, a.absolute), args)
+    def inputs(parser):
+        parser.add_argument("shar_dir", help="Lhotse Shar directory (a path or URL)")
+
+    return command("speechiter.importers.shar", __doc__, inputs, lambda a: import_shar(a.shar_dir, a.out_dir,
+                                                                                       a.absolute), argv)
 
 
 if __name__ == "__main__":

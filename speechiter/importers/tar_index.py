@@ -33,9 +33,12 @@ import json
 import os
 import re
 import tarfile
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Tuple
+
+from pathlib import Path
 
 from speechiter.errors import DataError
+from speechiter.importers.command import Parser, run_main
 from speechiter.importers.utterance import InputError, Utterance, seconds_text
 from speechiter.importers.writer import write_corpus
 from speechiter.io.embedded import read_embedded
@@ -45,7 +48,7 @@ from speechiter.io.storage import call, filesystem, is_url, read_range, redact
 from speechiter.io.wav import read_wav_header
 
 __all__ = ["WINDOW", "AUDIO_EXTENSIONS", "Member", "TarShard", "Keys", "expand_shards", "audio_length",
-           "audio_utterance", "member_key", "read_text_member", "write_index"]
+           "audio_utterance", "member_key", "read_text_member", "read_object", "command", "write_index"]
 
 #: Member extensions taken as audio (any other member is not audio).
 AUDIO_EXTENSIONS = ("flac", "wav")
@@ -271,6 +274,27 @@ def write_index(out_dir, utts: List[Utterance], shards: List[TarShard], absolute
     written = write_corpus(out_dir, utts, absolute, extra={SHARDS_FILE: text})
     written[SHARDS_FILE] = len(table)
     return written
+
+
+def read_object(location: str, what: str) -> bytes:
+    """All bytes of a small file or object (a manifest, a cuts file)."""
+    try:
+        if is_url(location):
+            return call(location, lambda: filesystem(location).cat_file(location))
+        with open(location, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise InputError(f"{location}: cannot read {what} ({e.strerror or e})") from None
+
+
+def command(module: str, doc: str, add_inputs: Callable, convert: Callable, argv=None) -> int:
+    """A tar importer's command line: its inputs, OUT_DIR and ``--absolute``."""
+    parser = Parser(module, doc)
+    add_inputs(parser)
+    parser.add_argument("out_dir", type=Path, help="folder to write the idx2 files into (created if needed)")
+    parser.add_argument("--absolute", action="store_true",
+                        help="write absolute shard paths in idx2wav (default: relative ones relative to OUT_DIR)")
+    return run_main(parser, convert, parser.parse_args(argv))
 
 
 def read_text_member(shard: TarShard, member: Member, where: str, decode: Callable[[bytes], str]) -> str:

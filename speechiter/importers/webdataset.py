@@ -30,11 +30,9 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from pathlib import Path
 
-from speechiter.importers.command import Parser, run_main
-from speechiter.importers.tar_index import (AUDIO_EXTENSIONS, Keys, TarShard, audio_utterance, expand_shards,
-                                            member_key, read_text_member, write_index)
+from speechiter.importers.tar_index import (AUDIO_EXTENSIONS, Keys, TarShard, audio_utterance, command,
+                                            expand_shards, member_key, read_text_member, write_index)
 from speechiter.importers.utterance import InputError
 
 __all__ = ["import_webdataset", "main"]
@@ -93,13 +91,11 @@ def import_webdataset(shard_names, out_dir, absolute=False):
 
 
 def main(argv=None):
-    parser = Parser("speechiter.importers.webdataset", __doc__)
-    parser.add_argument("shards", nargs="+", help="tar shards: paths, globs, brace ranges or URLs")
-    parser.add_argument("out_dir", type=Path, help="folder to write the idx2 files into (created if needed)")
-    parser.add_argument("--absolute", action="store_true",
-                        help="write absolute shard paths in idx2wav (default: relative ones relative to OUT_DIR)")
-    args = parser.parse_args(argv)
-    return run_main(parser, lambda a: import_webdataset(a.shards, a.out_dir, a.absolute), args)
+    def inputs(parser):
+        parser.add_argument("shards", nargs="+", help="tar shards: paths, globs, brace ranges or URLs")
+
+    return command("speechiter.importers.webdataset", __doc__, inputs,
+                   lambda a: import_webdataset(a.shards, a.out_dir, a.absolute), argv)
 
 
 if __name__ == "__main__":
