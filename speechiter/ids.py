@@ -28,6 +28,7 @@ from typing import List, Optional
 import numpy as np
 
 from speechiter.idx2 import gather_values
+from speechiter.io.shards import note_index_files
 from speechiter.paths import resolve_data_path
 
 _ROWS = 1 << 16  # ids decoded per block
@@ -166,6 +167,13 @@ class Column(Mapping):
     def __init__(self, index: IdIndex, buffers, starts, ends, file_no, files, resolve: bool = False):
         self.index, self.buffers, self.starts, self.ends = index, list(buffers), starts, ends
         self.file_no, self.files, self.resolve = file_no, list(files), resolve
+        if resolve:
+            note_index_files(self.files)
+
+    def __setstate__(self, state):  # a worker's copy notes them too
+        self.__dict__.update(state)
+        if self.resolve:
+            note_index_files(self.files)
 
     def value(self, row: int) -> str:
         file = 0 if self.file_no is None else int(self.file_no[row])

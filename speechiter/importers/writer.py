@@ -101,11 +101,13 @@ def check_utterance(utt: Utterance) -> None:
                              f"({utt.start} s)")
 
 
-def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = False) -> Dict[str, int]:
+def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = False,
+                 extra: Optional[Dict[str, str]] = None) -> Dict[str, int]:
     """Check every utterance, then write idx2wav, idx2wav_len, idx2dur,
     idx2text, idx2spk and spk_list (sorted by id, as tools/make_corpus.py
     does) into ``out_dir`` as a whole (NOTE [ Whole imports ]); files with no
-    entries are not written. Returns ``{file name: lines}``."""
+    entries are not written. ``extra``: more files (name: text) written with
+    them. Returns ``{file name: lines}``."""
     out_dir = Path(out_dir)
     utts: List[Utterance] = sorted(utterances, key=lambda u: u.id)
     if not utts:
@@ -130,6 +132,7 @@ def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = Fals
     if columns["idx2spk"]:
         speakers = sorted({v for _, v in columns["idx2spk"]})
         files["spk_list"], written["spk_list"] = "".join(f"{s}\n" for s in speakers), len(speakers)
+    files.update(extra or {})
     _replace_files(out_dir, files)
     missing = {name: len(utts) - len(columns[name]) for name in ("idx2text", "idx2spk") if columns[name]}
     for name, count in missing.items():

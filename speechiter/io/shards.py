@@ -17,6 +17,13 @@ checked once per process:
 
 A pack copied on purpose (``cp`` without ``-p`` changes mtimes) is sealed
 again with ``python -m speechiter.pack --reseal DIR``.
+
+Shards indexed in place (tar shards, speechiter/importers/tar_index.py) lie
+in folders speechiter does not write to; their records are in the
+``shards.json`` beside the idx2 files instead, keyed by the shard's path
+(relative to that folder) or URL. A path column notes its idx2 files' folders
+(:func:`note_index_files`, in every process that reads it), and a shard not
+in its own folder's table is looked up in theirs.
 """
 from __future__ import annotations
 
@@ -28,11 +35,13 @@ from typing import Dict, Optional
 from speechiter.errors import DataError
 from speechiter.io.storage import _status, call, filesystem, is_url, read_range, redact
 
-__all__ = ["SHARDS_FILE", "read_bytes", "shard_record", "clear_shards"]
+__all__ = ["SHARDS_FILE", "read_bytes", "shard_record", "clear_shards", "note_index_files"]
 
 SHARDS_FILE = "shards.json"
 _tables: Dict[str, Dict[str, dict]] = {}  # folder -> {shard name: record}; plain data, a forked child keeps it
 _checked: Dict[str, Optional[str]] = {}  # shard -> the ETag its reads are conditional on (None: checked)
+_index_folders: Dict[str, None] = {}  # folders of idx2 files whose shards.json may list shards elsewhere
+_index_tables: Dict[str, Dict[str, dict]] = {}  # index folder -> {shard path or URL: record}
 _lock = threading.Lock()
 
 
@@ -41,6 +50,16 @@ def clear_shards() -> None:
     with _lock:
         _tables.clear()
         _checked.clear()
+        _index_tables.clear()
+
+
+def note_index_files(files) -> None:
+    """Note the folders of these idx2 files: a ``shards.json`` there covers the
+    shards their values name (See NOTE [ Shard integrity ])."""
+    for file in files:
+        folder = os.path.dirname(os.path.abspath(os.fspath(file)))
+        if folder not in _index_folders:
+            _index_folders[folder] = None
 
 
 def _split(file: str):
@@ -57,7 +76,17 @@ def shard_record(file: str) -> Optional[dict]:
         table = _read_table(folder)
         with _lock:
             _tables[folder] = table
-    return table.get(name)
+    record = table.get(name)
+    if record is None and _index_folders:
+        key = file if is_url(file) else os.path.abspath(file)
+        for index in list(_index_folders):
+            if index not in _index_tables:
+                _index_tables[index] = {(k if is_url(k) else os.path.normpath(os.path.join(index, k))): v
+                                        for k, v in _read_table(index).items()}
+            record = _index_tables[index].get(key)
+            if record is not None:
+                break
+    return record
 
 
 def _read_table(folder: str) -> Dict[str, dict]:
