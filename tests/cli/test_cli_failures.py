@@ -17,7 +17,7 @@ from speechiter.run import main
 from speechiter.user_files import read_json
 from tests.conftest import _make_corpus
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 FAULTY_MODULE = '''
 import multiprocessing

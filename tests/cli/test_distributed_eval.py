@@ -19,9 +19,9 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.view import BatchView, eval_share, merge_small
-from tests.test_loop import handbook_code, run_example
+from tests.iterator.test_loop import handbook_code, run_example
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 WORKER = textwrap.dedent("""\
     import json, sys

@@ -13,7 +13,7 @@ from speechiter.plot import draw, length_unit, plot_batches, plot_iterator, summ
 
 BATCHES = [["a", "b"], ["c"], ["d", "e", "f"]]
 LENGTHS = {"a": 10, "b": 8, "c": 5, "d": 4, "e": 4, "f": 2}
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_summary_line_counts_batches_utterances_padding_and_sizes():

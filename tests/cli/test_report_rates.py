@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from tests.test_run import run_cli
+from tests.cli.test_run import run_cli
 
 
 def report_of(tmp_path, *args):

@@ -10,7 +10,7 @@ import pytest
 
 from tests.processes import children
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args, cwd=None, timeout=120):

@@ -13,7 +13,7 @@ from speechiter.config import (DataConfig, IteratorSpec, SpeechLoader, check_gro
 from speechiter.build import build_iterators
 from speechiter.errors import ConfigError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "config"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "config"
 
 ITER = "{type: block.BlockIterator, conf: {batch_len: 10}}"
 TRAIN_VALID = f"train: {ITER}\nvalid: {ITER}\n"

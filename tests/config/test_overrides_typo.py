@@ -9,7 +9,7 @@ import pytest
 from speechiter.config import load_config
 from speechiter.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ASR = REPO / "recipes" / "demo" / "asr.yaml"
 
 

@@ -14,7 +14,7 @@ import speechiter
 from speechiter.build import close_all
 from speechiter.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 RECIPE = """\
 data_root: {root}

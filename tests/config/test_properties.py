@@ -35,7 +35,7 @@ from speechiter.iterator.abs import Iterator
 from speechiter.run import main
 from tests.conftest import _make_corpus
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CASES = collections.Counter()
 
 

@@ -15,9 +15,9 @@ import speechiter
 from speechiter.io.samples import resampled_length
 from speechiter.dataset.speech_text import SpeechTextDataset, perturbed_length
 from speechiter.errors import ConfigError, DataError
-from tests.test_features import speech_like
+from tests.dataset.test_features import speech_like
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRESET = "config/feat/log_mel/80bin_25ms_10ms.yaml"
 TRAIN_PRESET = "config/feat/log_mel/80bin_25ms_10ms_train.yaml"
 

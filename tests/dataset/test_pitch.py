@@ -16,7 +16,7 @@ from speechiter.pitch import PitchExtractor, collate_pitch, continuous, import_p
 pyworld = pytest.importorskip("pyworld")
 interpolate = pytest.importorskip("scipy.interpolate")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SR = 16000
 
 

@@ -13,7 +13,7 @@ from speechiter.dataset.random_spk import RandomSpkFeatDataset
 from speechiter.errors import ConfigError, DataError
 from tests.processes import stop_resource_tracker
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DIM = 8
 SPEAKERS = {"spkA": 3, "spkB": 1, "spkC": 2, "spkD": 4, "spkE": 2}  # speaker -> embeddings
 WORDS = ["HH AH0", "L OW1", "W ER1 L D", "T EH1 S T", "AH0", "K AE1 T", "D AO1 G"]
@@ -263,7 +263,7 @@ def test_unreadable_embedding_names_the_utterance(tts_set):
 
 @pytest.fixture
 def libritts_root(tmp_path, monkeypatch):
-    from tests.test_pitch import write_tts_subset
+    from tests.dataset.test_pitch import write_tts_subset
     data = tmp_path / "datasets" / "libritts" / "data"
     mfa = data / "mfa" / "acoustic=librispeech_train-clean-100_lexicon=librispeech"
     for subset, num in [("train-clean-100", 9), ("dev-clean", 4)]:
@@ -303,7 +303,7 @@ def test_multispeaker_recipe_test_set_draws_reference_speakers(libritts_root):
 
 def test_multispeaker_recipe_train_and_valid_batches(libritts_root):
     pytest.importorskip("pyworld")
-    from tests.test_pitch import FASTSPEECH2_KEYS, recipe_batches
+    from tests.dataset.test_pitch import FASTSPEECH2_KEYS, recipe_batches
     batches = recipe_batches(RECIPE)
     for group in ("train", "valid"):
         for batch in batches[group]:

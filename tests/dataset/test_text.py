@@ -13,7 +13,7 @@ from speechiter.errors import ConfigError, DataError
 from speechiter.seeding import seeded
 from speechiter.text import G2P, TextTransforms, mask_words, parse_token_list
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORDS = ["HH AH0", "L OW1", "W ER1 L D", "T EH1 S T", "AH0", "K AE1 T", "D AO1 G", "S AH1 N"]
 
 

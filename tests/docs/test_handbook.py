@@ -10,7 +10,7 @@ import speechiter
 from speechiter.dump import checksum
 from speechiter.errors import ConfigError
 
-HANDBOOK = Path(__file__).resolve().parents[1] / "handbook.md"
+HANDBOOK = Path(__file__).resolve().parents[2] / "handbook.md"
 
 
 def example_blocks():

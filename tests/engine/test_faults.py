@@ -24,7 +24,7 @@ from speechiter.sequence.start import start_method_for
 from speechiter.sequence.watchdog import BatchExpired
 from tests.sequence import indexers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def plan(n=10):

@@ -11,7 +11,7 @@ import pytest
 
 from speechiter.dump import checksum
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # A dataset that draws random numbers per utterance from every generator a user might use.
 AUGMENT_MODULE = '''

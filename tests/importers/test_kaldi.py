@@ -10,7 +10,7 @@ import soundfile
 
 from speechiter.importers import kaldi as kaldi_command
 
-from .conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT
 
 PROG = "python -m speechiter.importers.kaldi"
 

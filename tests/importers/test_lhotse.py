@@ -8,7 +8,7 @@ import soundfile
 
 from speechiter.importers import lhotse as lhotse_command
 
-from .test_import_kaldi import command, read_idx2, read_segment, tone, write_audio
+from tests.importers.test_kaldi import command, read_idx2, read_segment, tone, write_audio
 
 lhotse = pytest.importorskip("lhotse")
 from lhotse import AudioSource, CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet  # noqa: E402

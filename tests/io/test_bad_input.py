@@ -23,7 +23,7 @@ from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import check_lengths, read_idx2_numbers, read_idx2_table
 from speechiter.iterator.block import BlockIterator
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def pcm(frames, channels=1, seed=0):

@@ -14,7 +14,7 @@ from speechiter.errors import DataError
 from speechiter.paths import resolve_data_path
 from speechiter.io.source import split_time_range
 
-from .conftest import load_tool
+from tests.conftest import load_tool
 
 SR = 22050
 

@@ -13,7 +13,7 @@ from speechiter.batch import Batch, attach
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.piece import PieceIterator
-from tests.test_run import REPO, read_dump, run_cli, write_cfg
+from tests.cli.test_run import REPO, read_dump, run_cli, write_cfg
 
 
 class TupleDataset(SpeechTextDataset):

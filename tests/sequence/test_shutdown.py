@@ -13,7 +13,7 @@ import pytest
 from speechiter.sequence.daemon_pool import DaemonThreadPool
 from speechiter.sequence.shm import stale
 from tests.sequence.test_limits import ENV, ROOT, cli_recipe, script
-from tests.test_faults import alive, owned_by, wait_until
+from tests.engine.test_faults import alive, owned_by, wait_until
 
 
 # ------------------------------------------------------ threads in stalled reads

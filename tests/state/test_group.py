@@ -11,8 +11,8 @@ import speechiter
 from speechiter.errors import ConfigError
 from speechiter.group import GroupLoader, IteratorGroup, build_group_loader
 from speechiter.iterator.abs import Iterator
-from tests.test_loop import handbook_code, run_example
-from tests.test_run import REPO, read_dump, run_cli
+from tests.iterator.test_loop import handbook_code, run_example
+from tests.cli.test_run import REPO, read_dump, run_cli
 
 
 def write_semi(tmp_path, corpus, steps=None, batch_size=2, unsup_type="speech_text.SpeechTextDataset"):

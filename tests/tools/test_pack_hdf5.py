@@ -12,7 +12,7 @@ import soundfile as sf
 
 from speechiter.dataset.speech_text import SpeechTextDataset
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRESET = "config/feat/log_mel/80bin_25ms_10ms.yaml"
 
 

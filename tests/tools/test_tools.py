@@ -12,7 +12,7 @@ from speechiter.errors import DataError
 from speechiter.idx2 import read_idx2
 from speechiter.paths import resolve_data_path
 
-from .conftest import REPO_ROOT, TOOLS_DIR
+from tests.conftest import REPO_ROOT, TOOLS_DIR
 
 IDX2_FILES = ("idx2wav", "idx2wav_len", "idx2text", "idx2spk", "idx2gen")
 
