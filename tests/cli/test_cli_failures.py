@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from speechiter.errors import ConfigError
 from speechiter.run import main
 from speechiter.user_files import read_json
 from tests.conftest import _make_corpus
+from tests import recipes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,30 +50,9 @@ class Faulty(SpeechTextDataset):
 
 def write_recipe(tmp_path, corpus, bad="", how="raise", delay=0.0):
     (tmp_path / "faulty.py").write_text(FAULTY_MODULE)
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(textwrap.dedent(f"""\
-        train:
-          type: piece.PieceIterator
-          conf:
-            dataset_type: faulty.Faulty
-            dataset_conf:
-              main_data:
-                feat: {corpus}/idx2wav
-              bad: "{bad}"
-              how: {how}
-              delay: {delay}
-            data_len: {corpus}/idx2wav_len
-            batch_size: 2
-            shuffle: false
-        valid:
-          type: abs.Iterator
-          conf:
-            dataset_type: speech_text.SpeechTextDataset
-            dataset_conf:
-              main_data:
-                feat: {corpus}/idx2wav
-        """))
-    return recipe
+    return recipes.write_recipe(tmp_path / "recipe.yaml", corpus, "piece.PieceIterator", dataset_type="faulty.Faulty",
+                                dataset_conf={"bad": str(bad), "how": how, "delay": delay}, batch_size=2,
+                                shuffle=False)
 
 
 def start_cli(recipe, *args):

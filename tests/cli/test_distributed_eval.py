@@ -20,6 +20,7 @@ from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.view import BatchView, eval_share, merge_small
 from tests.iterator.test_loop import handbook_code, run_example
+from tests.recipes import entry, write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,32 +45,9 @@ WORKER = textwrap.dedent("""\
 
 
 def write_cfg(tmp_path, corpus):
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(textwrap.dedent(f"""\
-        root: {corpus}
-        train:
-          type: abs.Iterator
-          conf:
-            dataset_type: speech_text.SpeechTextDataset
-            dataset_conf: {{main_data: {{feat: !ref <root>/idx2wav}}}}
-            batch_size: 4
-        valid:
-          type: abs.Iterator
-          conf:
-            dataset_type: speech_text.SpeechTextDataset
-            dataset_conf: {{main_data: {{feat: !ref <root>/idx2wav}}}}
-            data_len: !ref <root>/idx2wav_len
-            shuffle: false
-        test:
-          clean:
-            type: block.BlockIterator
-            conf:
-              dataset_type: speech_text.SpeechTextDataset
-              dataset_conf: {{main_data: {{feat: !ref <root>/idx2wav}}}}
-              data_len: !ref <root>/idx2wav_len
-              batch_len: 60000
-        """))
-    return cfg
+    return write_recipe(tmp_path / "cfg.yaml", corpus, "abs.Iterator", data_len=False, batch_size=4,
+                        valid=entry(corpus, "abs.Iterator", shuffle=False),
+                        test={"clean": entry(corpus, batch_len=60000)})
 
 
 def free_port() -> int:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.recipes import entry, write_recipe
+
 REPO = Path(__file__).resolve().parents[2]
 PRESET = "config/feat/log_mel/80bin_25ms_10ms.yaml"
 
@@ -82,32 +84,8 @@ def test_installed_run_with_a_preset_from_another_folder(installed, make_corpus,
     corpus = make_corpus(tmp_path / "corpus", num=6)
     recipe = tmp_path / "recipe" / "asr.yaml"
     recipe.parent.mkdir()
-    recipe.write_text(f"""\
-data_root: {corpus}
-train:
-  type: block.BlockIterator
-  conf:
-    dataset_type: speech_text.SpeechTextDataset
-    dataset_conf:
-      main_data:
-        feat: !ref <data_root>/idx2wav
-        text: !ref <data_root>/idx2text
-      sample_rate: 16000
-      feat_conf: {PRESET}
-    data_len: !ref <data_root>/idx2wav_len
-    batch_len: 3.2e4
-valid:
-  type: abs.Iterator
-  conf:
-    dataset_type: speech_text.SpeechTextDataset
-    dataset_conf:
-      main_data:
-        feat: !ref <data_root>/idx2wav
-        text: !ref <data_root>/idx2text
-      sample_rate: 16000
-      feat_conf: {PRESET}
-    data_len: !ref <data_root>/idx2wav_len
-""")
+    speech = dict(data=("feat", "text"), dataset_conf={"sample_rate": 16000, "feat_conf": PRESET})
+    write_recipe(recipe, corpus, **speech, batch_len=3.2e4, valid=entry(corpus, "abs.Iterator", **speech))
     report = tmp_path / "report.json"
     proc = _run([python, "-m", "speechiter.run", "--data_cfg", recipe, "--epochs", "1", "--num_workers", "1",
                  "--out_type", "null", "--report", report, "--quiet"], work, env)

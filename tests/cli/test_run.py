@@ -3,12 +3,12 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.processes import children
+from tests.recipes import Ref, entry, write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,70 +23,20 @@ def read_dump(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
-def write_cfg(tmp_path, corpus, name="cfg.yaml", extra=""):
-    cfg = textwrap.dedent(f"""\
-        root: {corpus}
-        batch_len: 40000
-        train:
-          sup:
-            type: block.BlockIterator
-            conf:
-              dataset_type: speech_text.SpeechTextDataset
-              dataset_conf:
-                main_data:
-                  feat: !ref <root>/idx2wav
-                  text: !ref <root>/idx2text
-                sample_rate: 16000
-              data_len: !ref <root>/idx2wav_len
-              batch_len: !ref <batch_len>
-          unsup:
-            type: piece.PieceIterator
-            conf:
-              dataset_type: speech_text.SpeechTextDataset
-              dataset_conf:
-                main_data:
-                  feat: !ref <root>/idx2wav
-              data_len: !ref <root>/idx2wav_len
-              batch_size: 3
-        valid:
-          type: abs.Iterator
-          conf:
-            dataset_type: speech_text.SpeechTextDataset
-            dataset_conf:
-              main_data:
-                feat: !ref <root>/idx2wav
-            shuffle: false
-        test:
-          clean:
-            type: piece.PieceIterator
-            conf:
-              dataset_type: speech_text.SpeechTextDataset
-              dataset_conf:
-                main_data:
-                  feat: !ref <root>/idx2wav
-                  text: !ref <root>/idx2text
-              batch_size: 4
-              group_info:
-                speaker: !ref <root>/idx2spk
-          other:
-            asr:
-              type: abs.Iterator
-              conf:
-                dataset_type: speech_text.SpeechTextDataset
-                dataset_conf:
-                  main_data:
-                    text: !ref <root>/idx2text
-            tts:
-              type: abs.Iterator
-              conf:
-                dataset_type: speech_text.SpeechTextDataset
-                dataset_conf:
-                  main_data:
-                    text: !ref <root>/idx2text
-        """) + extra
-    path = tmp_path / name
-    path.write_text(cfg)
-    return path
+def write_cfg(tmp_path, corpus, name="cfg.yaml"):
+    """Every kind of group: train sup + unsup, valid, test sets clean and other/{asr, tts}; the corpus and the
+    sup iterator's batch_len come from the variables ``root`` and ``batch_len``."""
+    root = Ref("<root>")
+    train = {"sup": entry(root, data=("feat", "text"), dataset_conf={"sample_rate": 16000},
+                          batch_len=Ref("<batch_len>")),
+             "unsup": entry(root, "piece.PieceIterator", batch_size=3)}
+    text_only = dict(type="abs.Iterator", data=("text",), data_len=False)
+    test = {"clean": entry(root, "piece.PieceIterator", data=("feat", "text"), data_len=False, batch_size=4,
+                           group_info={"speaker": Ref("<root>/idx2spk")}),
+            "other": {"asr": entry(root, **text_only), "tts": entry(root, **text_only)}}
+    valid = entry(root, "abs.Iterator", data_len=False, shuffle=False)
+    return write_recipe(tmp_path / name, root, train=train, valid=valid, test=test,
+                        variables={"root": str(corpus), "batch_len": 40000})
 
 
 @pytest.mark.timeout(180)

@@ -12,6 +12,7 @@ from speechiter.config import (DataConfig, IteratorSpec, SpeechLoader, check_gro
                                iter_specs, load_config, parse_override)
 from speechiter.build import build_iterators
 from speechiter.errors import ConfigError
+from tests.recipes import write_recipe
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "config"
 
@@ -553,17 +554,7 @@ def test_ref_bounds_hold_inside_data_cfg_too(tmp_path):
 # ------------------------------------------------- option checks at build time
 
 def build_train(tmp_path, corpus, overrides):
-    recipe = write(tmp_path, f"""\
-        train:
-          type: block.BlockIterator
-          conf:
-            dataset_type: speech_text.SpeechTextDataset
-            dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}
-            data_len: {corpus}/idx2wav_len
-            batch_len: 40000
-        valid: {{type: abs.Iterator, conf: {{dataset_type: speech_text.SpeechTextDataset,
-                 dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}}}}}
-        """)
+    recipe = write_recipe(tmp_path / "cfg.yaml", corpus, batch_len=40000)
     return build_iterators(load_config(recipe, overrides), num_workers=0, groups=("train",))["train"]
 
 
@@ -677,11 +668,6 @@ def test_world_size_must_be_a_positive_integer(tmp_path, corpus, value):
 
 
 def test_world_size_zero_given_to_build_iterators_is_an_error(tmp_path, corpus):
-    cfg = load_config(write(tmp_path, f"""\
-        train: {{type: abs.Iterator, conf: {{dataset_type: speech_text.SpeechTextDataset,
-                 dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}}}}}
-        valid: {{type: abs.Iterator, conf: {{dataset_type: speech_text.SpeechTextDataset,
-                 dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}}}}}
-        """))
+    cfg = load_config(write_recipe(tmp_path / "cfg.yaml", corpus, "abs.Iterator", data_len=False))
     with pytest.raises(ConfigError, match=r"world_size: expected a positive integer, got 0"):
         build_iterators(cfg, num_workers=0, groups=("train",), rank=0, world_size=0)

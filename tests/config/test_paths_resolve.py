@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
@@ -13,28 +12,13 @@ import pytest
 import speechiter
 from speechiter.build import close_all
 from speechiter.errors import ConfigError
+from tests.recipes import write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 
-RECIPE = """\
-data_root: {root}
-train:
-  type: block.BlockIterator
-  conf:
-    dataset_type: speech_text.SpeechTextDataset
-    dataset_conf:
-      main_data:
-        feat: !ref <data_root>/idx2wav
-    data_len: !ref <data_root>/idx2wav_len
-    batch_len: 32000
-valid:
-  type: abs.Iterator
-  conf:
-    dataset_type: speech_text.SpeechTextDataset
-    dataset_conf:
-      main_data:
-        feat: !ref <data_root>/idx2wav
-"""
+def write(cfg: Path, root: str):
+    """A train + valid recipe over the corpus in ``root``, a path relative to the recipe's folder."""
+    return write_recipe(cfg, root, batch_len=32000)
 
 
 def run(cfg: Path, cwd: Path, *args):
@@ -50,7 +34,7 @@ def test_a_copy_beside_the_current_folder_never_replaces_the_recipes_corpus(tmp_
     make_corpus(tmp_path / "elsewhere" / "corpus", num=3, seed=1)
     cfg = tmp_path / "project" / "recipes" / "demo" / "asr.yaml"
     cfg.parent.mkdir(parents=True)
-    cfg.write_text(RECIPE.format(root="../../corpus"))
+    write(cfg, "../../corpus")
     cwd = tmp_path / "elsewhere" / "a" / "b"
     cwd.mkdir(parents=True)
     report = tmp_path / "report.json"
@@ -68,7 +52,7 @@ def test_a_path_found_only_from_the_current_folder_is_used_with_a_warning(tmp_pa
     corpus = make_corpus(tmp_path / "run" / "corpus", num=4)
     cfg = tmp_path / "recipes" / "asr.yaml"
     cfg.parent.mkdir()
-    cfg.write_text(RECIPE.format(root="corpus"))
+    write(cfg, "corpus")
     done = run(cfg, tmp_path / "run", "--epochs", 1)
     assert done.returncode == 0, done.stderr
     assert ("train.conf.dataset_conf.main_data.feat: 'corpus/idx2wav' is not in the YAML file's folder "

@@ -34,6 +34,7 @@ from speechiter.idx2 import read_idx2, read_idx2_numbers, read_idx2_table
 from speechiter.iterator.abs import Iterator
 from speechiter.run import main
 from tests.conftest import _make_corpus
+from tests.recipes import entry, write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = collections.Counter()
@@ -284,9 +285,8 @@ def resumable(tmp_path_factory, corpus):
     run saved at the end (``{"train": {"epoch": 2, "step": 0, ...}, ...}``)."""
     folder = tmp_path_factory.mktemp("state")
     recipe = folder / "recipe.yaml"
-    iterator = f"""{{type: block.BlockIterator, conf: {{dataset_type: speech_text.SpeechTextDataset,
-        dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}, data_len: {corpus}/idx2wav_len, batch_len: 30000}}}}"""
-    recipe.write_text(f"train: {iterator}\nvalid: {iterator}\n")
+    block = entry(corpus, batch_len=30000)
+    write_recipe(recipe, corpus, train=block, valid=block)
     iterator = build_iterators(load_config(recipe), num_workers=0, groups=("train",))["train"]
     loader = iterator.build_loader(1)
     for _ in zip(range(3), loader):

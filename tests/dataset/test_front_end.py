@@ -16,6 +16,7 @@ from speechiter.io.samples import resampled_length
 from speechiter.dataset.speech_text import SpeechTextDataset, perturbed_length
 from speechiter.errors import ConfigError, DataError
 from tests.dataset.test_features import speech_like
+from tests.recipes import entry, options, write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET = "config/feat/log_mel/80bin_25ms_10ms.yaml"
@@ -152,29 +153,8 @@ def test_missing_speaker_entry_is_dropped_with_a_warning_naming_idx2spk(corpus, 
 
 def write_cfg(path, corpus, dataset_conf, batch_len=40000):
     """A train (BlockIterator) + valid recipe on ``corpus``; ``dataset_conf`` is extra YAML lines."""
-    extra = "".join(f"      {line}\n" for line in dataset_conf.splitlines())
-    path.write_text(
-        f"root: {corpus}\n"
-        "train:\n"
-        "  type: block.BlockIterator\n"
-        "  conf:\n"
-        "    dataset_type: speech_text.SpeechTextDataset\n"
-        "    dataset_conf:\n"
-        "      main_data:\n"
-        "        feat: !ref <root>/idx2wav\n"
-        "        text: !ref <root>/idx2text\n"
-        f"{extra}"
-        "    data_len: !ref <root>/idx2wav_len\n"
-        f"    batch_len: {batch_len}\n"
-        "valid:\n"
-        "  type: abs.Iterator\n"
-        "  conf:\n"
-        "    dataset_type: speech_text.SpeechTextDataset\n"
-        "    dataset_conf:\n"
-        "      main_data:\n"
-        "        feat: !ref <root>/idx2wav\n"
-        "    data_len: !ref <root>/idx2wav_len\n")
-    return path
+    return write_recipe(path, corpus, data=("feat", "text"), dataset_conf=options(dataset_conf), batch_len=batch_len,
+                        valid=entry(corpus, "abs.Iterator"))
 
 
 def load_batches(cfg, epochs=(1, 2), **settings):

@@ -12,6 +12,7 @@ import speechiter
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.pitch import PitchExtractor, collate_pitch, continuous, import_pyworld
+from tests.recipes import entry, write_recipe
 
 pyworld = pytest.importorskip("pyworld")
 interpolate = pytest.importorskip("scipy.interpolate")
@@ -155,34 +156,18 @@ def test_importing_pyworld_prints_no_pkg_resources_warning():
     assert done.returncode == 0 and "pkg_resources" not in done.stderr, done.stderr
 
 
-CONFIG = """
-data_cfg:
-  train:
-    type: block.BlockIterator
-    conf:
-      dataset_type: speech_text.SpeechTextDataset
-      dataset_conf:
-        main_data: {{feat: {root}/idx2wav}}
-        sample_rate: 16000
-        pitch_conf: {{hop_length: 256}}
-      data_len: {root}/idx2wav_len
-      batch_len: 30000
-  valid:
-    type: abs.Iterator
-    conf:
-      dataset_type: speech_text.SpeechTextDataset
-      dataset_conf:
-        main_data: {{feat: {root}/idx2wav}}
-        sample_rate: 16000
-        pitch_conf: {{hop_length: 256}}
-      batch_size: 2
-"""
+def write_config(root):
+    """An exp_cfg whose train and valid iterators both compute pitch."""
+    dataset_conf = {"sample_rate": 16000, "pitch_conf": {"hop_length": 256}}
+    valid = entry(root, "abs.Iterator", dataset_conf=dataset_conf, data_len=False, batch_size=2)
+    return write_recipe(root / "cfg.yaml", root, dataset_conf=dataset_conf, batch_len=30000, valid=valid,
+                        exp_cfg={})
 
 
 @pytest.mark.timeout(120)
 def test_cli_without_pyworld_exits_2_with_one_line(wav_corpus):
     root, _ = wav_corpus
-    (root / "cfg.yaml").write_text(CONFIG.format(root=root))
+    write_config(root)
     code = textwrap.dedent(f"""
         import sys
         sys.modules["pyworld"] = None
@@ -200,7 +185,7 @@ def test_cli_without_pyworld_exits_2_with_one_line(wav_corpus):
 @pytest.mark.parametrize("num_workers, thread_type", [(0, "proc"), (2, "proc"), (2, "thread")])
 def test_pitch_through_iterators_is_the_same_for_any_worker_count(wav_corpus, num_workers, thread_type):
     root, lengths = wav_corpus
-    (root / "cfg.yaml").write_text(CONFIG.format(root=root))
+    write_config(root)
     iterators = speechiter.build_iterators(speechiter.load_config(str(root / "cfg.yaml")), num_workers=num_workers,
                                            thread_type=thread_type, out_type="null")
     train = iterators["train"]

@@ -12,6 +12,7 @@ from speechiter.dataset.random_spk import balanced_assignment, embedding_model, 
 from speechiter.dataset.random_spk import RandomSpkFeatDataset
 from speechiter.errors import ConfigError, DataError
 from tests.processes import stop_resource_tracker
+from tests import recipes
 
 REPO = Path(__file__).resolve().parents[2]
 DIM = 8
@@ -63,26 +64,13 @@ def tts_set(tmp_path):
 
 
 def write_config(root, spk_feat, **options):
-    extra = "".join(f"\n        {k}: {v}" for k, v in options.items())
-    (root / "cfg.yaml").write_text(f"""
-data_cfg:
-  train:
-    type: abs.Iterator
-    conf:
-      dataset_type: speech_text.RandomSpkFeatDataset
-      dataset_conf:
-        main_data: {{text: {root}/test/idx2text}}
-        spk_feat: {spk_feat}{extra}
-      batch_size: 3
-      shuffle: true
-  valid:
-    type: abs.Iterator
-    conf:
-      dataset_type: speech_text.SpeechTextDataset
-      dataset_conf:
-        main_data: {{text: {root}/test/idx2text}}
-""")
-    return root / "cfg.yaml"
+    """``options`` are more dataset options, as YAML text ("false", "2")."""
+    text = {"text": f"{root}/test/idx2text"}
+    dataset_conf = {"spk_feat": spk_feat, **recipes.options("".join(f"{k}: {v}\n" for k, v in options.items()))}
+    return recipes.write_recipe(root / "cfg.yaml", root, "abs.Iterator", data=text,
+                                dataset_type="speech_text.RandomSpkFeatDataset", dataset_conf=dataset_conf,
+                                data_len=False, batch_size=3, shuffle=True,
+                                valid=recipes.entry(root, "abs.Iterator", data=text, data_len=False), exp_cfg={})
 
 
 def load(config, epoch=1, start_step=0, num_workers=0, thread_type="proc", start_method=None):

@@ -12,6 +12,7 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.seeding import seeded
 from speechiter.text import G2P, TextTransforms, mask_words, parse_token_list
+from tests.recipes import entry, write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = ["HH AH0", "L OW1", "W ER1 L D", "T EH1 S T", "AH0", "K AE1 T", "D AO1 G", "S AH1 N"]
@@ -80,25 +81,9 @@ def test_masking_needs_one_duration_per_token():
 
 
 def build_text_iterator(root, num_workers=0, thread_type="proc", prob=0.5):
-    (root / "cfg.yaml").write_text(f"""
-data_cfg:
-  train:
-    type: abs.Iterator
-    conf:
-      dataset_type: speech_text.SpeechTextDataset
-      dataset_conf:
-        main_data: {{text: {root}/idx2text}}
-        unk_mask_prob: {prob}
-      batch_size: 3
-      shuffle: true
-  valid:
-    type: abs.Iterator
-    conf:
-      dataset_type: speech_text.SpeechTextDataset
-      dataset_conf:
-        main_data: {{text: {root}/idx2text}}
-      batch_size: 3
-""")
+    text = dict(type="abs.Iterator", data=("text",), data_len=False, batch_size=3)
+    write_recipe(root / "cfg.yaml", root, **text, dataset_conf={"unk_mask_prob": prob}, shuffle=True,
+                 valid=entry(root, **text), exp_cfg={})
     return speechiter.build_iterators(speechiter.load_config(str(root / "cfg.yaml")), seed=7,
                                       num_workers=num_workers, thread_type=thread_type, out_type="null")["train"]
 

@@ -3,13 +3,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from speechiter.dump import checksum
+from tests import recipes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,45 +35,14 @@ class NoisyDataset(SpeechTextDataset):
 
 def write_recipe(tmp_path, corpus, unsup=False, named=None):
     (tmp_path / "augment.py").write_text(AUGMENT_MODULE)
-    unsup_block = textwrap.indent(textwrap.dedent(f"""\
-        unsup:
-          type: piece.PieceIterator
-          conf:
-            dataset_type: augment.NoisyDataset
-            dataset_conf:
-              main_data:
-                feat: {corpus}/idx2wav
-            data_len: {corpus}/idx2wav_len
-            batch_size: 2
-        """), "  ")
-    named = unsup if named is None else named
-    sup_name = "  sup:\n" if named else ""
-    indent = "  " if named else ""
-    sup = textwrap.indent(textwrap.dedent(f"""\
-        type: block.BlockIterator
-        conf:
-          dataset_type: augment.NoisyDataset
-          dataset_conf:
-            main_data:
-              feat: {corpus}/idx2wav
-              text: {corpus}/idx2text
-          data_len: {corpus}/idx2wav_len
-          batch_len: 30000
-        """), "  " + indent)
-    valid = textwrap.dedent(f"""\
-        valid:
-          type: abs.Iterator
-          conf:
-            dataset_type: augment.NoisyDataset
-            dataset_conf:
-              main_data:
-                feat: {corpus}/idx2wav
-            batch_size: 4
-        """)
-    text = "train:\n" + sup_name + sup + (unsup_block if unsup else "") + valid
-    path = tmp_path / "recipe.yaml"
-    path.write_text(text)
-    return path
+    noisy = dict(dataset_type="augment.NoisyDataset")
+    train = recipes.entry(corpus, data=("feat", "text"), **noisy, batch_len=30000)
+    if unsup if named is None else named:
+        train = {"sup": train}
+    if unsup:
+        train["unsup"] = recipes.entry(corpus, "piece.PieceIterator", **noisy, batch_size=2)
+    valid = recipes.entry(corpus, "abs.Iterator", **noisy, data_len=False, batch_size=4)
+    return recipes.write_recipe(tmp_path / "recipe.yaml", corpus, train=train, valid=valid)
 
 
 def run_cli(*args, timeout=180):
@@ -172,6 +141,7 @@ CHILD = '''
 import json, sys
 import speechiter
 from speechiter.dump import checksum
+from tests import recipes
 recipe, state_path, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 iterators = speechiter.build_iterators(speechiter.load_config(recipe), seed=3, num_workers=workers)
 train = iterators["train"]

@@ -15,6 +15,7 @@ from speechiter.paths import resolve_data_path
 from speechiter.io.source import split_time_range
 
 from tests.conftest import load_tool
+from tests.recipes import entry, write_recipe
 
 SR = 22050
 
@@ -131,27 +132,16 @@ def kaldi_dir(root):
     return data, cut
 
 
-DATA_CFG = """
-test:
-  set1:
-    type: block.BlockIterator
-    conf:
-      dataset_type: speech_text.SpeechTextDataset
-      dataset_conf:
-        main_data:
-          feat: {feat}
-          text: {text}
-        sample_rate: 16000
-        use_speed_perturb: true
-      data_len: {data_len}
-      shuffle: true
-      batch_len: 60000
-"""
+def write_data_cfg(cfg, feat, text, data_len):
+    """A test set ``set1`` (shuffled, speed-perturbed blocks) over the given files."""
+    iterator = entry(None, data={"feat": str(feat), "text": str(text)}, data_len=str(data_len), shuffle=True,
+                     dataset_conf={"sample_rate": 16000, "use_speed_perturb": True}, batch_len=60000)
+    return write_recipe(cfg, None, train=False, valid=None, test={"set1": iterator})
 
 
 def load_batches(tmp_path, name, feat, text, data_len, workers=0):
     cfg = tmp_path / f"{name}.yaml"
-    cfg.write_text(DATA_CFG.format(feat=feat, text=text, data_len=data_len))
+    write_data_cfg(cfg, feat, text, data_len)
     iterator = speechiter.build_iterators(speechiter.load_config(cfg), seed=3, num_workers=workers)["test"]["set1"]
     return [(list(b["text"]), checksum(b)) for epoch in (1, 2) for b in iterator.build_loader(epoch=epoch)]
 
@@ -203,7 +193,7 @@ def test_piped_wav_scp_is_refused_when_the_dataset_is_built(tmp_path):
     marker = tmp_path / "ran"
     (data / "wav.scp").write_text(f"a touch {marker} |\n")
     cfg = tmp_path / "p.yaml"
-    cfg.write_text(DATA_CFG.format(feat=data / "segments", text=data / "text", data_len=cut / "idx2wav_len"))
+    write_data_cfg(cfg, data / "segments", data / "text", cut / "idx2wav_len")
     load_tool("data_len").data_len(cut / "idx2wav")
     with pytest.raises(DataError, match=r"wav.scp:1: recording 'a' is a piped command"):
         speechiter.build_iterators(speechiter.load_config(cfg), num_workers=0)

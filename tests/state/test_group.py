@@ -3,7 +3,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -13,36 +12,17 @@ from speechiter.group import GroupLoader, IteratorGroup, build_group_loader
 from speechiter.iterator.abs import Iterator
 from tests.iterator.test_loop import handbook_code, run_example
 from tests.cli.test_run import REPO, read_dump, run_cli
+from tests.recipes import entry, write_recipe
 
 
 def write_semi(tmp_path, corpus, steps=None, batch_size=2, unsup_type="speech_text.SpeechTextDataset"):
     """sup: 3 of the corpus's 12 utterances, unsup: all 12; ``batch_size`` 1 makes a 3-step + 12-step group."""
-    policy = f"  steps: {steps}\n" if steps else ""
-    cfg = tmp_path / "semi.yaml"
-    cfg.write_text(textwrap.dedent(f"""\
-        root: {corpus}
-        train:
-          sup:
-            type: abs.Iterator
-            conf:
-              dataset_type: speech_text.SpeechTextDataset
-              dataset_conf:
-                main_data: {{feat: !ref <root>/idx2wav, text: !ref <root>/idx2text}}
-                data_selection: [order, 0.25]
-              batch_size: {batch_size}
-          unsup:
-            type: abs.Iterator
-            conf:
-              dataset_type: {unsup_type}
-              dataset_conf: {{main_data: {{feat: !ref <root>/idx2wav}}}}
-              batch_size: {batch_size}
-        valid:
-          type: abs.Iterator
-          conf:
-            dataset_type: speech_text.SpeechTextDataset
-            dataset_conf: {{main_data: {{feat: !ref <root>/idx2wav}}}}
-        """).replace("train:\n", "train:\n" + policy))
-    return cfg
+    train = {"steps": steps} if steps else {}
+    train["sup"] = entry(corpus, "abs.Iterator", data=("feat", "text"), data_len=False, batch_size=batch_size,
+                         dataset_conf={"data_selection": ["order", 0.25]})
+    train["unsup"] = entry(corpus, "abs.Iterator", dataset_type=unsup_type, data_len=False, batch_size=batch_size)
+    return write_recipe(tmp_path / "semi.yaml", corpus, train=train)
+
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from speechiter.errors import ConfigError
 from speechiter.loader import Loader
 from speechiter.state import GroupState, LoaderState, RunState, Stateful, settings_summary, summary_differences
 from speechiter.user_files import read_json
+from tests import recipes
 
 
 class FakeIterator:
@@ -187,22 +188,7 @@ def test_settings_summary_is_flat_small_and_readable():
 
 
 def write_recipe(tmp_path, corpus, batch_len):
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(f"""
-train:
-  type: block.BlockIterator
-  conf:
-    dataset_type: speech_text.SpeechTextDataset
-    dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}
-    data_len: {corpus}/idx2wav_len
-    batch_len: {batch_len}
-valid:
-  type: abs.Iterator
-  conf:
-    dataset_type: speech_text.SpeechTextDataset
-    dataset_conf: {{main_data: {{feat: {corpus}/idx2wav}}}}
-""")
-    return recipe
+    return recipes.write_recipe(tmp_path / "recipe.yaml", corpus, batch_len=batch_len)
 
 
 def train_iterator(tmp_path, corpus, batch_len):
