@@ -21,7 +21,7 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import check_lengths, read_idx2_numbers, read_idx2_table
 from speechiter.iterator.block import BlockIterator
-from tests.recipes import entry, write_recipe
+from tests.recipes import entry
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,12 +95,10 @@ def test_a_fifo_as_idx2_file_is_refused(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_the_cli_with_a_fifo_inline_exits_2_naming_file_and_utterance(corpus, tmp_path):
+def test_the_cli_with_a_fifo_inline_exits_2_naming_file_and_utterance(corpus, tmp_path, make_recipe):
     uid, path = replace_first_file(corpus, make_fifo)
-    cfg = tmp_path / "cfg.yaml"
-    write_recipe(cfg, corpus, train=False, valid=None,
-                 test={"clean": entry(corpus, "piece.PieceIterator", batch_size=4)})
-
+    cfg = make_recipe(corpus, train=False, valid=None,
+                      test={"clean": entry(corpus, "piece.PieceIterator", batch_size=4)})
     result = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(cfg), "--mode", "test",
                              "--num_workers", "0", "--engine", "inline", "--quiet"],
                             cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
@@ -262,13 +260,11 @@ def test_a_data_selection_that_leaves_no_utterance(corpus, rule, message):
         SpeechTextDataset(main_data={"feat": str(corpus / "idx2wav")}, data_selection=rule(corpus))
 
 
-def test_an_empty_selection_names_the_config_path(corpus, tmp_path):
-    cfg = tmp_path / "cfg.yaml"
+def test_an_empty_selection_names_the_config_path(corpus, make_recipe):
     selection = {"data_selection": ["order", 0.01]}
-    write_recipe(cfg, corpus, train=False, valid=None,
-                 test={"clean": entry(corpus, "piece.PieceIterator", dataset_conf=selection, data_len=False,
-                                      batch_size=4)})
-
+    cfg = make_recipe(corpus, train=False, valid=None,
+                      test={"clean": entry(corpus, "piece.PieceIterator", dataset_conf=selection, data_len=False,
+                                           batch_size=4)})
     with pytest.raises(ConfigError, match=r"^data_cfg\.test\.clean\.conf\.dataset_conf\.data_selection: leaves no "
                                           r"utterance: rule 1 \['order', 0.01\] keeps none \(20 before rule 1\)$"):
         build_iterators(load_config(str(cfg)), num_workers=0)
