@@ -74,6 +74,7 @@ def last_id(corpus):
     return sorted(line.split()[0] for line in (corpus / "idx2wav").read_text().splitlines())[10]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_dataset_that_raises_ends_the_run_with_exit_1(tmp_path, corpus, thread_type):
@@ -89,6 +90,7 @@ def test_dataset_that_raises_ends_the_run_with_exit_1(tmp_path, corpus, thread_t
     assert_nothing_left(proc.pid, recipe)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_killed_worker_is_reported_with_pid_and_signal(tmp_path, corpus):
     recipe = write_recipe(tmp_path, corpus, bad=last_id(corpus), how="kill")
@@ -101,6 +103,7 @@ def test_killed_worker_is_reported_with_pid_and_signal(tmp_path, corpus):
     assert_nothing_left(proc.pid, recipe)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_ctrl_c_ends_every_worker(tmp_path, corpus, thread_type):
@@ -125,6 +128,7 @@ def run_cli(recipe, *args):
     return proc.returncode, stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("code", ["3", "0", "'bye'"])
 def test_user_module_that_exits_while_imported_is_a_config_error(tmp_path, corpus, code):
@@ -138,6 +142,7 @@ def test_user_module_that_exits_while_imported_is_a_config_error(tmp_path, corpu
     assert len(stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_ctrl_c_while_a_user_module_is_imported_still_stops(tmp_path, corpus):
     recipe = write_recipe(tmp_path, corpus)
@@ -300,6 +305,7 @@ def test_resume_path_that_is_not_a_state_file_is_one_line_exit_2(tmp_path, saved
     assert (returncode, stderr) == (2, f"speechiter: error: --resume: {expected}\n")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("option", ["--save_state", "--dump_batches", "--report"])
 def test_output_into_a_missing_folder_or_onto_a_folder_is_one_line_exit_2(tmp_path, saved_state, option):
@@ -312,6 +318,7 @@ def test_output_into_a_missing_folder_or_onto_a_folder_is_one_line_exit_2(tmp_pa
     assert (returncode, stderr) == (2, f"speechiter: error: {option}: cannot write {tmp_path}: it is a folder\n")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_streams_as_outputs(tmp_path, saved_state):
     """--dump_batches and --report may be streams (a FIFO with no reader is refused, not waited on);

@@ -17,6 +17,8 @@ import pytest
 
 from tests.recipes import entry, write_recipe
 
+pytestmark = pytest.mark.slow  # builds a wheel and a virtual environment
+
 REPO = Path(__file__).resolve().parents[2]
 PRESET = "config/feat/log_mel/80bin_25ms_10ms.yaml"
 

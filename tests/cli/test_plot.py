@@ -44,6 +44,7 @@ def test_without_matplotlib_plotting_says_what_to_install(tmp_path, no_matplotli
     assert not (tmp_path / "plan.png").exists()
 
 
+@pytest.mark.slow
 def test_plot_is_written_with_matplotlib(tmp_path):
     pytest.importorskip("matplotlib")
     path = tmp_path / "plan.png"
@@ -86,6 +87,7 @@ def test_plot_iterator_uses_the_epoch_plan(tmp_path, corpus):
 WITHOUT_MATPLOTLIB = "import runpy, sys; sys.modules['matplotlib'] = None; runpy.run_module('speechiter.run', run_name='__main__')"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_cli_plot_without_matplotlib_says_so_once_and_prints_the_summary_once(tmp_path, demo_root):
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -10,6 +10,8 @@ import pytest
 from tests.processes import children
 from tests.recipes import Ref, entry, write_recipe
 
+pytestmark = pytest.mark.slow  # every test runs the CLI in subprocesses
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -522,6 +522,7 @@ def test_recursive_alias_is_refused(tmp_path):
     assert str(error).endswith("cfg.yaml:1:4: an alias refers to a value that contains it (a recursive alias)")
 
 
+@pytest.mark.slow
 def test_deep_nesting_is_a_config_error(tmp_path):
     error = config_error(tmp_path, "a: " + "[" * 3000 + "]" * 3000 + "\n" + TRAIN_VALID)
     assert "nested too deeply" in str(error)

@@ -32,6 +32,7 @@ def test_an_exp_cfg_may_set_a_run_setting_it_does_not_have(tmp_path, demo_root):
         load_config(exp, ["ngpus=2"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_cli_exits_2_with_one_line(demo_root):
     env = dict(os.environ, PYTHONPATH=str(REPO))

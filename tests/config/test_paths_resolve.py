@@ -27,6 +27,7 @@ def run(cfg: Path, cwd: Path, *args):
                            *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_copy_beside_the_current_folder_never_replaces_the_recipes_corpus(tmp_path, make_corpus):
     """The issue's case: ../../corpus exists from the current folder too, holding another corpus."""
@@ -47,6 +48,7 @@ def test_a_copy_beside_the_current_folder_never_replaces_the_recipes_corpus(tmp_
     assert "current folder" not in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_path_found_only_from_the_current_folder_is_used_with_a_warning(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "run" / "corpus", num=4)
@@ -60,6 +62,7 @@ def test_a_path_found_only_from_the_current_folder_is_used_with_a_warning(tmp_pa
     assert f"train data: {corpus}" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_the_shipped_demo_recipe_runs_from_any_folder(tmp_path, demo_root):
     done = run(REPO / "recipes" / "demo" / "asr.yaml", tmp_path, "--epochs", 1)

@@ -36,6 +36,8 @@ from speechiter.run import main
 from tests.conftest import _make_corpus
 from tests.recipes import entry, write_recipe
 
+pytestmark = pytest.mark.slow  # property-based searches, some through the CLI
+
 REPO = Path(__file__).resolve().parents[2]
 CASES = collections.Counter()
 

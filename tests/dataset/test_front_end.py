@@ -121,6 +121,7 @@ def test_feat_conf_data_errors_name_the_utterance(tmp_path):
         dataset["stereo"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("other", ["flac", "hdf5"])
 def test_flac_and_hdf5_copies_give_identical_tensors(tmp_path, make_corpus, other):
     wav = make_corpus(tmp_path / "wav", num=8, fmt="wav")
@@ -183,6 +184,7 @@ PERTURBED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", PERTURBED)
 def test_speed_perturbed_run_is_identical_across_workers(tmp_path, corpus, kind):
@@ -194,6 +196,7 @@ def test_speed_perturbed_run_is_identical_across_workers(tmp_path, corpus, kind)
         assert_same_batches(reference, batches)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("conf", ["use_speed_perturb: true",
                                   f"use_speed_perturb: true\nsample_rate: 16000\nfeat_conf: {REPO / PRESET}",
@@ -208,6 +211,7 @@ def test_block_batches_never_exceed_batch_len(tmp_path, make_corpus, conf):
             assert len(batch["feat_len"]) == 1 or batch["feat_len"].sum() <= batch_len
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_hdf5_corpus_with_two_proc_workers_matches_inline(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "h5", num=24, fmt="hdf5", speakers=2)
@@ -218,6 +222,7 @@ def test_hdf5_corpus_with_two_proc_workers_matches_inline(tmp_path, make_corpus)
                         load_batches(cfg, num_workers=2, thread_type="proc", out_type="null"))
 
 
+@pytest.mark.slow
 def test_feat_conf_from_a_variable_a_preset_path_and_errors_with_yaml_path(tmp_path, corpus):
     cfg = tmp_path / "cfg.yaml"
     write_cfg(cfg, corpus, "sample_rate: 16000\nfeat_conf: !ref <feat_conf>")
@@ -248,6 +253,7 @@ def run_cli(*args, cwd=None):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_speechain_asr_recipe_with_speed_perturb_runs_unchanged(tmp_path, make_corpus):
     data = tmp_path / "librispeech" / "data" / "wav"
@@ -268,6 +274,7 @@ def test_speechain_asr_recipe_with_speed_perturb_runs_unchanged(tmp_path, make_c
 
 # --- the handbook's example ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_handbook_front_end_example(tmp_path, corpus, monkeypatch):
     section = (REPO / "handbook.md").read_text().split("## Speech front end", 1)[1].split("\n## ", 1)[0]
     yaml_text = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)

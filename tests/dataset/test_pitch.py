@@ -164,6 +164,7 @@ def write_config(root):
                         exp_cfg={})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_cli_without_pyworld_exits_2_with_one_line(wav_corpus):
     root, _ = wav_corpus
@@ -181,6 +182,7 @@ def test_cli_without_pyworld_exits_2_with_one_line(wav_corpus):
     assert "pip install 'speechiter[tts]'" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("num_workers, thread_type", [(0, "proc"), (2, "proc"), (2, "thread")])
 def test_pitch_through_iterators_is_the_same_for_any_worker_count(wav_corpus, num_workers, thread_type):

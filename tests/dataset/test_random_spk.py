@@ -153,6 +153,7 @@ def test_mixup_averages_and_joins_sorted_ids(tts_set):
             np.testing.assert_allclose(batch["spk_feat"][row], expected, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_same_batches_for_any_worker_count_thread_process_and_resume(tts_set, stop_resource_tracker):
     root, spk_feat = tts_set

@@ -49,6 +49,7 @@ def alive(pid):
 # ------------------------------------------------------------- inline timeout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_inline_batch_that_hangs_times_out_with_its_ids():
     manager = MSequence(indexers.Hang, num_workers=2, out_type="null", timeout=1.0, dset_size=0)
@@ -74,6 +75,7 @@ class _HangingDataset:
         return {"ids": list(ids)}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["inline", "msequence"])
 def test_inline_engine_uses_the_worker_timeout(monkeypatch, kind):
@@ -102,6 +104,7 @@ class _Swallowing:
         return np.asarray(ids)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_build_that_swallows_the_time_limit_still_times_out():
     with pytest.raises(TimeoutError, match="batch 0 built in the main process"):
@@ -125,6 +128,7 @@ def test_inline_batches_unchanged_and_other_timers_restored():
     assert (after == 0) if delay == 0 else (0 < after <= delay)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_off_the_main_thread_there_is_no_limit():
     got, errors = [], []
@@ -158,6 +162,7 @@ class _Debugged:
         return np.asarray(ids)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_no_limit_while_a_debugger_runs_the_build():
     with MSequence(_Debugged, num_workers=0, out_type="null", timeout=0.3, dset_size=0).start_test() as mng:
@@ -184,6 +189,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("how", ["sleep", "read"])
 def test_workers_stuck_in_the_dataset_die_with_a_killed_main_process(tmp_path, how):
@@ -224,6 +230,7 @@ def owned_by(pid):
     return [name for name in os.listdir("/dev/shm") if name.startswith(f"speechiter_{pid}_")]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_segments_of_a_killed_process_group_are_reclaimed_by_the_next_pool(caplog):
     proc = subprocess.Popen([sys.executable, "-c", GROUP_SCRIPT.format(root=ROOT)], stdin=subprocess.PIPE,
@@ -299,6 +306,7 @@ def test_segments_whose_owner_lives_are_never_reclaimed(caplog):
 # ------------------------------------------------------------ start method
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_workers_do_not_fork_a_process_that_runs_threads(monkeypatch):
     stop = threading.Event()

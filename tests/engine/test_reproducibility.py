@@ -11,6 +11,8 @@ import pytest
 from speechiter.dump import checksum
 from tests import recipes
 
+pytestmark = pytest.mark.slow  # CLI runs over worker counts and torchrun
+
 REPO = Path(__file__).resolve().parents[2]
 
 # A dataset that draws random numbers per utterance from every generator a user might use.

@@ -203,6 +203,7 @@ def test_unknown_ids_in_text_are_dropped_with_a_warning(kaldi, tmp_path, capsys)
     assert read_idx2(tmp_path / "out" / "idx2text") == {"r": "HI"}
 
 
+@pytest.mark.slow
 def test_cli_help_and_relative_root(tmp_path):
     help_text = command("speechiter.importers.kaldi", "--help", cwd=tmp_path).stdout
     assert "--root" in help_text and "#t=" in help_text and help_text.startswith(f"usage: {PROG} ")

@@ -94,6 +94,7 @@ def test_a_fifo_as_idx2_file_is_refused(tmp_path):
         SpeechTextDataset(main_data={"feat": str(tmp_path / "idx2wav")})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_the_cli_with_a_fifo_inline_exits_2_naming_file_and_utterance(corpus, tmp_path, make_recipe):
     uid, path = replace_first_file(corpus, make_fifo)

@@ -143,6 +143,7 @@ def _load(root, num_workers, epochs=(1, 2)):
         iterator.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_identical_batches_for_any_number_of_workers(small):
     inline = _load(small, 0)

@@ -41,6 +41,7 @@ ENGINES = [dict(engine="inline"), dict(num_workers=0), dict(num_workers=2), dict
                not __import__("torch").cuda.is_available(), reason="needs a CUDA device"))]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("settings", ENGINES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_every_engine_and_out_type_gives_ids_and_meta_as_attributes(corpus, settings):
@@ -75,6 +76,7 @@ def test_resumed_loader_keeps_the_ids_of_the_full_plan(corpus):
     assert tail == full[4:]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("settings", [dict(engine="inline"), dict(num_workers=2)])
 def test_a_collate_that_returns_no_dict_gets_its_batch_back_unchanged(corpus, settings):
@@ -105,6 +107,7 @@ def test_attaching_costs_nothing_measurable():
     assert per_batch < 50e-6
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_dump_ids_come_from_batch_ids(tmp_path, corpus):
     cfg = write_cfg(tmp_path, corpus)
@@ -143,6 +146,7 @@ def run_example(code: str, tmp_path, *launcher, timeout=240):
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_handbook_training_loop_example(tmp_path, demo_root):
     result = run_example(handbook_code("## Batches in a training loop: ids, meta, padding"), tmp_path)

@@ -94,6 +94,7 @@ def test_shortest_skips_and_longest_walks_on_through_the_shorter_ones_epochs(sem
             it.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["shortest", "longest"])
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.timeout(120)
@@ -155,6 +156,7 @@ def test_group_state_errors_name_the_problem(semi):
             it.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_cli_reports_what_shortest_skipped_even_when_quiet(semi):
     tmp_path, corpus = semi
@@ -166,6 +168,7 @@ def test_cli_reports_what_shortest_skipped_even_when_quiet(semi):
     assert "train/unsup: skipped 8 batches (16 utterances)" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_cli_longest_loads_every_utterance_and_resumes(semi):
     tmp_path, corpus = semi
@@ -191,6 +194,7 @@ def test_cli_longest_loads_every_utterance_and_resumes(semi):
     assert resumed.returncode == 2 and "saved by a different run" in resumed.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_handbook_semi_supervised_example(tmp_path, demo_root):
     result = run_example(handbook_code("## Groups: semi-supervised steps"), tmp_path)
@@ -265,6 +269,7 @@ class StopAfter(SpeechTextDataset):
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_cli_run_that_dies_mid_epoch_of_a_longest_group_resumes(semi):
     tmp_path, corpus = semi

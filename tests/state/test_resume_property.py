@@ -58,6 +58,7 @@ def reference(iterators):
     return {epoch: [checksum(b) for b in iterator.build_loader(epoch)] for epoch in range(1, EPOCHS + 1)}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_save_and_resume_gives_the_uninterrupted_batches(iterators, reference):
     cases = []
@@ -114,6 +115,7 @@ def group_batches(loader):
     return [{name: (batch.ids, checksum(batch)) for name, batch in step.items()} for step in loader]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_group_saved_at_any_step_resumes_to_the_same_remaining_batches(members):
     references, cases = {}, []

@@ -17,6 +17,8 @@ from speechiter.io.storage import redact
 from ..conftest import load_tool
 from ..recipes import entry, write_recipe
 
+pytestmark = pytest.mark.slow  # an S3 server (moto) and retries with timeouts
+
 def write_data_cfg(cfg, feat, text, data_len):
     """A test set ``set1`` (shuffled, speed-perturbed blocks) over the given files."""
     iterator = entry(None, data={"feat": str(feat), "text": str(text)}, data_len=str(data_len), shuffle=True,

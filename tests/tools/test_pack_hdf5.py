@@ -59,6 +59,7 @@ def test_float32_pack_with_resampling(tmp_path, make_corpus, pack_tool):
     assert [int(lengths[uid]) for uid in sorted(lengths)] == a["feat_len"].tolist()
 
 
+@pytest.mark.slow
 def test_feature_pack_equals_on_the_fly_features(tmp_path, make_corpus, pack_tool, monkeypatch):
     corpus = make_corpus(tmp_path / "corpus", num=5)
     monkeypatch.chdir(tmp_path)  # the preset path resolves against the repo from anywhere
@@ -71,6 +72,7 @@ def test_feature_pack_equals_on_the_fly_features(tmp_path, make_corpus, pack_too
     assert [int(lengths[uid]) for uid in sorted(lengths)] == packed["feat_len"].tolist()
 
 
+@pytest.mark.slow
 def test_cli_and_errors(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "corpus", num=3)
     env = dict(os.environ, PYTHONPATH=str(REPO))

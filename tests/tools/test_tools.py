@@ -146,6 +146,7 @@ def test_lengths_only_100k_follows_the_law(make_corpus_tool, tmp_path):
     assert 0.65 < np.mean((seconds >= 10) & (seconds <= 17)) < 0.78
 
 
+@pytest.mark.slow
 def test_make_corpus_400_flac(make_corpus_tool, tmp_path):
     out = make_corpus_tool.make_corpus(tmp_path, 400, fmt="flac")
     assert len((out / "idx2wav").read_text().splitlines()) == 400
@@ -244,6 +245,7 @@ def test_make_demo_espeak_failure(make_demo_tool, tmp_path):
 # ----------------------------------------------------------------- CLIs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["make_corpus", "data_len", "make_demo"])
 def test_help(tool):
     result = subprocess.run([sys.executable, str(TOOLS_DIR / f"{tool}.py"), "--help"], cwd=REPO_ROOT,
