@@ -7,6 +7,8 @@
 - ``corpus``: ``make_corpus(tmp_path / "corpus")``.
 - ``demo_root``: the shipped demo corpus, ``demo/data`` (train/valid/test).
 - ``load_tool(name)``: imports ``tools/<name>.py`` as a module.
+- ``make_recipe(corpus, type="block.BlockIterator", *, name="recipe.yaml", **options) -> Path``:
+  a data_cfg over ``corpus`` written to ``tmp_path / name`` (tests/recipes.py's ``write_recipe``).
 - ``no_leaks`` (autouse): after every test (at its module's end when it uses a
   module- or session-scoped fixture), no child process or loading worker, no
   /dev/shm segment of this process and no engine thread (``speechiter-*``).
@@ -24,6 +26,7 @@ import psutil
 import pytest
 
 from tests.processes import children, stop_resource_tracker
+from tests.recipes import write_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOOLS_DIR = REPO_ROOT / "tools"
@@ -68,6 +71,15 @@ def make_corpus_fixture():
 def corpus(tmp_path, make_corpus):
     """A 20-utterance wav corpus (3 speakers, 0.2-1.5 s) in tmp_path/corpus."""
     return make_corpus(tmp_path / "corpus")
+
+
+@pytest.fixture
+def make_recipe(tmp_path):
+    """Factory: ``make_recipe(corpus, type="block.BlockIterator", *, name="recipe.yaml", **options) -> Path``,
+    the options of tests/recipes.py's ``write_recipe``."""
+    def make(corpus, type="block.BlockIterator", *, name="recipe.yaml", **options):
+        return write_recipe(tmp_path / name, corpus, type, **options)
+    return make
 
 
 @pytest.fixture

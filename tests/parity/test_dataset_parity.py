@@ -16,6 +16,7 @@ from speechiter.dataset.speech_text import SpeechTextDataset, perturbed_length
 from speechiter.errors import DataError
 from speechiter.seeding import seeded
 from tests.parity import reference as R
+from tests.recipes import entry
 
 # the rules' worked example (R6): T = 1000 -> tokens HH AH0 <space> L OW1, feat[200:700]
 TOKENS = ["<space>", "HH", "AH0", "<space>", "L", "OW1", "<space>"]
@@ -120,13 +121,11 @@ def test_registered_lengths_are_len_of_the_raw_line(mfa, tmp_path):
     assert SpeechTextDataset(main_data={"feat": mfa["feat"]}).data_len is None
 
 
-def test_lm_valid_iterator_sorted_by_text_length(tmp_path):
+def test_lm_valid_iterator_sorted_by_text_length(tmp_path, make_recipe):
     text = {"0": "the cat", "1": "a", "2": "ab", "3": "a b c d", "10": "xyz", "4": "ab"}
     path = write(tmp_path / "lm_text", text.items())
-    cfg = tmp_path / "cfg.yaml"
-    group = (f"  type: abs.Iterator\n  conf:\n    dataset_type: speech_text.SpeechTextDataset\n"
-             f"    dataset_conf:\n      main_data:\n        text: {path}\n    shuffle: false\n    batch_size: 2\n")
-    cfg.write_text("train:\n" + group + "valid:\n" + group)
+    group = entry(None, "abs.Iterator", data={"text": str(path)}, data_len=False, shuffle=False, batch_size=2)
+    cfg = make_recipe(None, train=group, valid=group)
     it = speechiter.build_iterators(speechiter.load_config(str(cfg)), num_workers=0, groups=["valid"])["valid"]
     view = R.iterator_view({"text": path}, "abs", batch_size=2)
     assert [list(b) for b in it.batches] == view == [["0", "3"], ["10", "2"], ["4", "1"]]
@@ -185,15 +184,12 @@ def test_speed_factor_scales_the_length_as_speechain(tmp_path, factor):
 
 # ----------------------------------------------------------------------------- recipe-shaped: FastSpeech2 data
 
-def test_fastspeech2_shaped_config_loads_trimmed_batches(tmp_path, mfa):
+def test_fastspeech2_shaped_config_loads_trimmed_batches(tmp_path, mfa, make_recipe):
     # recipes/tts/ljspeech 22.05khz_mfa_fastspeech2 without pitch_conf: token-list text, list durations
-    cfg = tmp_path / "cfg.yaml"
     lengths = write(tmp_path / "idx2wav_len", mfa["lengths"].items())
-    group = ("  type: block.BlockIterator\n  conf:\n    dataset_type: speech_text.SpeechTextDataset\n"
-             "    dataset_conf:\n      main_data:\n"
-             + "".join(f"        {k}: {mfa[k]}\n" for k in ("feat", "text", "duration"))
-             + f"      sample_rate: 16000\n    data_len: {lengths}\n    batch_len: 100000\n    shuffle: false\n")
-    cfg.write_text("train:\n" + group + "valid:\n" + group)
+    group = entry(None, data={k: str(mfa[k]) for k in ("feat", "text", "duration")},
+                  dataset_conf={"sample_rate": 16000}, data_len=str(lengths), batch_len=100000, shuffle=False)
+    cfg = make_recipe(None, train=group, valid=group)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         iterators = speechiter.build_iterators(speechiter.load_config(str(cfg)), num_workers=0, groups=["train"],
@@ -208,13 +204,10 @@ def test_fastspeech2_shaped_config_loads_trimmed_batches(tmp_path, mfa):
 
 
 @pytest.mark.timeout(120)
-def test_token_lists_travel_through_process_workers(tmp_path, mfa):
-    cfg = tmp_path / "cfg.yaml"
-    group = ("  type: abs.Iterator\n  conf:\n    dataset_type: speech_text.SpeechTextDataset\n"
-             "    dataset_conf:\n      main_data:\n"
-             + "".join(f"        {k}: {mfa[k]}\n" for k in ("feat", "text", "duration"))
-             + "    batch_size: 2\n    shuffle: true\n")
-    cfg.write_text("train:\n" + group + "valid:\n" + group)
+def test_token_lists_travel_through_process_workers(tmp_path, mfa, make_recipe):
+    group = entry(None, "abs.Iterator", data={k: str(mfa[k]) for k in ("feat", "text", "duration")},
+                  data_len=False, batch_size=2, shuffle=True)
+    cfg = make_recipe(None, train=group, valid=group)
 
     def load(**settings):
         iterators = speechiter.build_iterators(speechiter.load_config(str(cfg)), groups=["train"], out_type="null",

@@ -320,6 +320,7 @@ def test_speechain_root_relative_paths(tmp_path, corpus_root, F, monkeypatch):
     assert [list(b) for b in it.batches] == view
 
 
+@pytest.mark.slow
 def test_recipe_path_relative_to_speechain_root(tmp_path, corpus_root, F, monkeypatch):
     # SpeeChain's runner: `--config recipes/...` is read under $SPEECHAIN_ROOT from any folder
     recipes = corpus_root / "recipes" / "asr"

@@ -87,6 +87,7 @@ def test_killed_worker_is_reported_within_seconds():
     assert pid in [p for p in mng.pids] or not mng.pids  # finished: pids are gone
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_timeout_for_one_batch():
     manager = MSequence(indexers.Hang, num_workers=2, out_type='null', timeout=1.0, dset_size=0)
@@ -97,6 +98,7 @@ def test_timeout_for_one_batch():
     assert time.monotonic() - started < 8  # the hung worker process is terminated
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_timeout_for_one_batch_with_threads():
     manager = MSequence(functools.partial(indexers.Hang, seconds=4.0), num_workers=2, thread_type='thread',
@@ -227,6 +229,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_workers_exit_and_segments_are_reclaimed_when_the_main_process_dies(tmp_path, caplog):
     import os

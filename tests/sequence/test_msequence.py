@@ -112,6 +112,7 @@ def test_not_started():
 # ---------------------------------------------------------------- strict order
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type, how", MODES)
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 4])
@@ -128,6 +129,7 @@ def test_strict_order_and_identical_batches(num_workers, thread_type, how):
 # ------------------------------------------------------------------ transport
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_round_trip_null_is_exact(thread_type):
@@ -143,6 +145,7 @@ def test_round_trip_null_is_exact(thread_type):
     assert batch["feat"].flags.writeable
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_round_trip_cpu_gives_tensors(thread_type):
@@ -209,6 +212,7 @@ class _LazyPlan(collections.abc.Sequence):
         return Task(i, ids, None)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_consumed_batches_tasks_are_released(thread_type):
@@ -329,6 +333,7 @@ def test_fetch_seeds_only_when_asked():
     assert as_bytes(a) == as_bytes(b)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type, how", MODES)
 @pytest.mark.parametrize("num_workers", [0, 1, 3])
@@ -349,6 +354,7 @@ def test_seeded_tasks_give_identical_batches(num_workers, thread_type, how):
 # --------------------------------------------------------------------- spawn
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_spawn_start_method():
     tasks = [Task(i, [i, i + 1], None) for i in range(6)]

@@ -13,7 +13,7 @@ import pytest
 from speechiter.daemon_pool import DaemonThreadPool
 from speechiter.sequence.shm import stale
 from tests.sequence.test_limits import ENV, ROOT, cli_recipe, script
-from tests.test_faults import alive, owned_by, wait_until
+from tests.engine.test_faults import alive, owned_by, wait_until
 
 
 # ------------------------------------------------------ threads in stalled reads
@@ -28,6 +28,7 @@ STALLED = script("""
     """)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_ctrl_c_ends_a_run_whose_thread_workers_are_stuck_in_reads(tmp_path):
     marker = tmp_path / "stuck"
@@ -84,6 +85,7 @@ def no_process_runs(recipe):
     return not any(str(recipe) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_sigterm_ends_a_cli_run_as_ctrl_c_does_leaving_nothing(tmp_path, corpus, thread_type):

@@ -49,6 +49,7 @@ def test_sending_to_a_worker_that_is_gone_neither_blocks_nor_raises():
     tasks.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_tasks_bigger_than_the_pipe_still_flow_through_msequence(start_method):

@@ -32,6 +32,7 @@ def test_thread_workers_drawing_from_torch_warn_once():
     assert "torch's global generator" in message and "speechiter.rng()" in message and "thread_type: proc" in message
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_no_warning_without_torch_draws_or_with_process_workers():
     assert load(indexers.Slow, "thread") == []

@@ -15,6 +15,8 @@ from tests.sequence import indexers
 from tests.conftest import shm_leftovers
 from tests.sequence.test_msequence import as_bytes
 
+pytestmark = pytest.mark.slow  # worker matrices over every dtype and out_type
+
 
 def in_shm(array) -> bool:
     """Whether ``array`` (numpy or a CPU tensor) lies in a mapped speechiter segment, not in a copy."""

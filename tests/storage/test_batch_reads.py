@@ -12,6 +12,8 @@ from speechiter.seeding import seeded
 
 from .test_storage import url_corpus
 
+pytestmark = pytest.mark.slow  # an S3 server (moto)
+
 
 def ids_and_dataset(folder, **conf):
     dataset = SpeechTextDataset(main_data={"feat": str(folder / "idx2wav")}, **conf)

@@ -15,6 +15,8 @@ from speechiter.io.read import read_feat
 
 from ..conftest import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # the handbook's large-corpus commands, one against an S3 server
+
 def section():
     handbook = REPO_ROOT / "handbook.md"
     text = handbook.read_text() if handbook.is_file() else ""

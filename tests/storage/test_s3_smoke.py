@@ -6,7 +6,9 @@ import pytest
 
 from speechiter.importers import kaldi
 
-from ..test_import_kaldi import read_idx2, read_segment, write_files
+from tests.importers.test_kaldi import read_idx2, read_segment, write_files
+
+pytestmark = pytest.mark.slow  # an S3 server (moto)
 
 
 def test_s3fs_reads_an_uploaded_object(s3_server, s3_corpus):

@@ -15,28 +15,20 @@ from speechiter.errors import DataError
 from speechiter.io.storage import redact
 
 from ..conftest import load_tool
+from ..recipes import entry, write_recipe
 
-DATA_CFG = """
-test:
-  set1:
-    type: block.BlockIterator
-    conf:
-      dataset_type: speech_text.SpeechTextDataset
-      dataset_conf:
-        main_data:
-          feat: {feat}
-          text: {text}
-        sample_rate: 16000
-        use_speed_perturb: true
-      data_len: {data_len}
-      shuffle: true
-      batch_len: 40000
-"""
+pytestmark = pytest.mark.slow  # an S3 server (moto) and retries with timeouts
+
+def write_data_cfg(cfg, feat, text, data_len):
+    """A test set ``set1`` (shuffled, speed-perturbed blocks) over the given files."""
+    iterator = entry(None, data={"feat": str(feat), "text": str(text)}, data_len=str(data_len), shuffle=True,
+                     dataset_conf={"sample_rate": 16000, "use_speed_perturb": True}, batch_len=40000)
+    return write_recipe(cfg, None, train=False, valid=None, test={"set1": iterator})
 
 
 def batches(tmp_path, name, folder, workers=0, **settings):
     cfg = tmp_path / f"{name}.yaml"
-    cfg.write_text(DATA_CFG.format(feat=folder / "idx2wav", text=folder / "idx2text", data_len=folder / "idx2wav_len"))
+    write_data_cfg(cfg, folder / "idx2wav", folder / "idx2text", folder / "idx2wav_len")
     iterator = speechiter.build_iterators(speechiter.load_config(cfg), seed=5, num_workers=workers,
                                           **settings)["test"]["set1"]
     return [(list(b["text"]), checksum(b)) for epoch in (1, 2) for b in iterator.build_loader(epoch=epoch)]
