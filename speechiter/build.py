@@ -15,7 +15,7 @@ from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError
 from speechiter.group import IteratorGroup
 from speechiter.iterator.abs import Iterator
-from speechiter.paths import DATASET_FILE_OPTIONS, ITERATOR_FILE_OPTIONS, PathPolicy, check_files, file_options
+from speechiter.paths import PathPolicy, check_files, file_options
 from speechiter.registry import check_keywords, resolve_class
 
 # Iterator parameters the run supplies; a data_cfg conf may still set them.
@@ -84,8 +84,8 @@ def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy) -> Iterator:
     if not isinstance(dataset_conf, dict):
         raise ConfigError(f"{conf_path}.dataset_conf", f"expected a mapping, got {dataset_conf!r}")
 
-    iter_files = file_options(cls, ITERATOR_FILE_OPTIONS)
-    dataset_files = file_options(dataset_cls, DATASET_FILE_OPTIONS)
+    iter_files = file_options(cls)
+    dataset_files = file_options(dataset_cls)
     iter_options = paths.options({k: v for k, v in conf.items() if k not in ("dataset_type", "dataset_conf")},
                                  iter_files, conf_path)
     dataset_conf = paths.options(dataset_conf, dataset_files, f"{conf_path}.dataset_conf")

@@ -27,7 +27,7 @@ from speechiter.io.source import split_chunk_key
 from speechiter.io.storage import is_url
 
 __all__ = ["PathPolicy", "speechain_root_path", "file_options", "FILES", "NAMED_FILES", "SELECTION", "YAML_FILE",
-           "ITERATOR_FILE_OPTIONS", "DATASET_FILE_OPTIONS", "PRESETS_DIR", "find_preset", "is_preset",
+           "PRESETS_DIR", "find_preset", "is_preset",
            "split_chunk_key", "resolve_data_path", "check_data_file", "check_regular_file"]
 
 PathLike = Union[str, os.PathLike]
@@ -50,16 +50,13 @@ PathLike = Union[str, os.PathLike]
 #: shapes of a file option: a path or a list of them; {name: path or list}; data_selection rules, whose third
 #: item is a file; a YAML file (shipped presets included) or an inline mapping
 FILES, NAMED_FILES, SELECTION, YAML_FILE = "files", "named files", "selection", "yaml file"
-#: the file options of the base classes; a subclass adds its own as ``file_options = {option: shape}``
-ITERATOR_FILE_OPTIONS = {"data_len": FILES, "group_info": NAMED_FILES}
-DATASET_FILE_OPTIONS = {"main_data": NAMED_FILES, "data_selection": SELECTION}
 #: the shipped presets (package data, so they survive ``pip install .``); the repo's config/feat links here
 PRESETS_DIR = Path(__file__).resolve().parent / "presets"
 
 
-def file_options(cls: type, base: Mapping[str, str]) -> Dict[str, str]:
-    """``{option: shape}`` of a class: ``base`` plus the ``file_options`` declared along its MRO."""
-    declared = dict(base)
+def file_options(cls: type) -> Dict[str, str]:
+    """``{option: shape}`` of a class: the ``file_options`` declared along its MRO (a subclass adds its own)."""
+    declared: Dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         declared.update(vars(klass).get("file_options") or {})
     return declared

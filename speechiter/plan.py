@@ -29,7 +29,7 @@ import numpy as np
 from speechiter.checks import check_bool, check_int, check_optional_int
 from speechiter.errors import ConfigError
 from speechiter.seeding import stream_id
-from speechiter.state import fingerprint, settings_summary
+from speechiter.fingerprints import fingerprint, settings_summary
 
 #: the largest seed: seed + epoch (epochs up to 2**31 - 1) must fit the 32-bit shuffle seed
 MAX_SEED = 2 ** 31 - 1

@@ -22,7 +22,8 @@ from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, group_steps, policy_of
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
-from speechiter.state import GroupState, RunState, fingerprint
+from speechiter.fingerprints import fingerprint
+from speechiter.state import GroupState, RunState
 from speechiter.user_files import check_output, read_json, write_json_atomic
 
 

@@ -26,8 +26,7 @@ from typing import Any, Dict, List, Optional, Protocol, runtime_checkable
 
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
-# fingerprint, settings_summary and view_fingerprint are imported from here too (speechiter.iterator.abs)
-from speechiter.fingerprints import fingerprint, settings_summary, summary_differences, view_fingerprint
+from speechiter.fingerprints import summary_differences
 
 STATE_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)  # 1: no settings summary; 2: group positions and a flat run state (see above)
@@ -52,8 +51,7 @@ FLAT_RUN_KEYS = (KEY_VERSION, KEY_MODE, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFI
 MAX_EPOCH = 2 ** 31 - 1
 _INT_KEYS = (KEY_SEED, KEY_BATCHES)
 _STR_KEYS = (KEY_CONFIG, KEY_MODE, KEY_NAME, KEY_VIEW, KEY_POLICY)
-__all__ = ["STATE_VERSION", "Stateful", "LoaderState", "GroupState", "RunState", "check_step", "fingerprint",
-           "settings_summary", "summary_differences", "view_fingerprint"]
+__all__ = ["STATE_VERSION", "Stateful", "LoaderState", "GroupState", "RunState", "check_step"]
 
 
 @runtime_checkable

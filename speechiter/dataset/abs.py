@@ -26,6 +26,7 @@ from speechiter.dataset.selection import select_ids, selection_rules
 from speechiter.errors import ConfigError, DataError
 from speechiter.ids import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
 from speechiter.idx2 import read_idx2_files
+from speechiter.paths import NAMED_FILES, SELECTION
 from speechiter.registry import signature_names
 
 
@@ -53,6 +54,8 @@ class Dataset:
     #: main_data names whose values are file paths; relative ones resolve
     #: against the folder of the idx2 file that lists them.
     path_keys: Sequence[str] = ()
+    #: options that name files, rooted and checked by build_iterators (see NOTE [ Path policy ] in paths.py)
+    file_options = {"main_data": NAMED_FILES, "data_selection": SELECTION}
 
     def __init__(self, main_data: Dict[str, Union[str, List[str]]], data_selection=None, seed: int = 0,
                  **dataset_conf):

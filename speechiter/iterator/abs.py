@@ -3,14 +3,12 @@
 The keyword arguments become two frozen values: a :class:`speechiter.plan.BatchPlan` (what the batches are; its
 fingerprint guards resumes) and a :class:`speechiter.engine.EngineSettings` (how they are loaded). The plan:
 
-    Dataset -> data_len, group_info -> sort -> batches_generate_fn -> as_view
-            -> ngpu divisibility, this rank's share (distributed) = the batching view
+    Dataset -> data_len, group_info -> sort -> batches_generate_fn -> as_view -> ngpu, rank share = the view
 
-Each epoch, :meth:`Iterator.build_loader` clips the view to ``batches_per_epoch`` (the cursor rule), shuffles it
-(SpeeChain's cumulative or fresh shuffle, see NOTE [ Epoch shuffle ] in shuffle.py), cuts it at ``start_step`` and
-hands the tasks to the engine, which builds them with :meth:`Iterator.reader`. Subclasses override
-:meth:`batches_generate_fn` (and :meth:`budgets_longest` for a rule that is a hard bound). The view steps are in
-view.py, lengths and the sort in lengths.py.
+Each epoch, :meth:`Iterator.build_loader` clips the view to ``batches_per_epoch``, shuffles it (NOTE [ Epoch
+shuffle ] in shuffle.py), cuts it at ``start_step`` and hands the tasks to the engine, which builds them with
+:meth:`Iterator.reader`. Subclasses override :meth:`batches_generate_fn` (and :meth:`budgets_longest` for a
+hard bound). The view steps are in view.py, lengths and the sort in lengths.py.
 """
 import dataclasses
 import weakref
@@ -23,6 +21,7 @@ from speechiter.dataset.abs import Dataset
 from speechiter.dataset.reader import DatasetReader
 from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import ConfigError, DataError
+from speechiter.fingerprints import view_fingerprint
 from speechiter.ids import Column, SortedIds
 from speechiter.iterator.distributed import resolve_rank, share_view
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
@@ -30,8 +29,8 @@ from speechiter.iterator.shuffle import EpochShuffle
 from speechiter.iterator.tasks import EpochTasks, check_epoch, check_plan_size
 from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches,
                                       is_vectorised, vectorised)
+from speechiter.paths import FILES, NAMED_FILES
 from speechiter.plan import BatchPlan, qualified_name
-from speechiter.state import view_fingerprint
 
 
 def _plan_option(name: str) -> property:
@@ -74,6 +73,8 @@ class Iterator:
     names (``iterator.shuffle``); the loading options in ``engine_settings`` (an EngineSettings).
     """
 
+    file_options = {"data_len": FILES, "group_info": NAMED_FILES}  # see NOTE [ Path policy ] in paths.py
+
     def __init__(self, dataset_type: Union[type, str], dataset_conf: Optional[Dict] = None,
                  batches_per_epoch: Optional[int] = None, data_len: Union[str, List[str], None] = None,
                  group_info: Optional[Dict[str, Union[str, List[str]]]] = None,
@@ -100,8 +101,7 @@ class Iterator:
         self._shuffle = EpochShuffle(self.seed)
         self._make_view()
         self.config_fingerprint = self.plan.fingerprint()
-        # the same settings, readable: saved in state files to say what changed (see speechiter.state)
-        self.config_summary = self.plan.summary()
+        self.config_summary = self.plan.summary()  # readable: state files say what changed with it
         self._engine: Optional[Engine] = None
         self._engine_finalizer: Optional[weakref.finalize] = None
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from speechiter.errors import ConfigError
-from speechiter.paths import (DATASET_FILE_OPTIONS, FILES, NAMED_FILES, PRESETS_DIR, SELECTION, YAML_FILE,
+from speechiter.dataset.abs import Dataset
+from speechiter.iterator.abs import Iterator
+from speechiter.paths import (FILES, NAMED_FILES, PRESETS_DIR, SELECTION, YAML_FILE,
                               PathPolicy, check_files, file_options, find_preset, resolve_data_path,
                               split_chunk_key)
 
@@ -137,7 +139,7 @@ def test_declared_file_options_are_rooted_and_checked(tmp_path, monkeypatch):
 
 
 def test_file_options_merge_along_the_classes():
-    class Speech:
+    class Speech(Dataset):
         file_options = {"feat_conf": YAML_FILE}
 
     class Noisy(Speech):
@@ -145,6 +147,7 @@ def test_file_options_merge_along_the_classes():
 
     class Plain(Noisy):
         pass
-    assert file_options(Plain, DATASET_FILE_OPTIONS) == {**DATASET_FILE_OPTIONS, "feat_conf": YAML_FILE,
-                                                          "noise": FILES}
-    assert file_options(object, {}) == {}
+    assert file_options(Plain) == {"main_data": NAMED_FILES, "data_selection": SELECTION, "feat_conf": YAML_FILE,
+                                   "noise": FILES}
+    assert file_options(Iterator) == {"data_len": FILES, "group_info": NAMED_FILES}
+    assert file_options(object) == {}

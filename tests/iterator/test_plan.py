@@ -7,7 +7,7 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError
 from speechiter.iterator.block import BlockIterator
 from speechiter.plan import MAX_SEED, BatchPlan
-from speechiter.state import fingerprint, settings_summary
+from speechiter.fingerprints import fingerprint, settings_summary
 
 OPTIONS = dict(type="speechiter.iterator.block.BlockIterator", dataset="speechiter.dataset.speech_text.SpeechTextDataset",
                dataset_conf={"main_data": {"feat": "/d/idx2wav"}, "seed": 0}, batches_per_epoch=None,

@@ -8,7 +8,8 @@ from speechiter import build_iterators, load_config
 from speechiter.config import iterator_label
 from speechiter.errors import ConfigError
 from speechiter.loader import Loader
-from speechiter.state import GroupState, LoaderState, RunState, Stateful, settings_summary, summary_differences
+from speechiter.fingerprints import settings_summary, summary_differences
+from speechiter.state import GroupState, LoaderState, RunState, Stateful
 from speechiter.user_files import read_json
 from tests import recipes
 
