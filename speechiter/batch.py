@@ -10,7 +10,7 @@ keys. The Loader attaches them in the main process from the plan (it knows
 every task's ids), after the engine: no data travels through the workers for
 them, so every engine, worker kind and out_type gets them alike. Attaching
 costs one shallow dict copy per batch (a few keys; see the micro-benchmark in
-tests/test_loop.py). A collate that returns something other than a dict (a
+tests/iterator/test_loop.py). A collate that returns something other than a dict (a
 tuple, a tensor) gets its batch back unchanged: attributes need a dict; read
 the ids from ``loader.plan`` then.
 """

@@ -15,7 +15,7 @@ the values equal Kaldi's), dithered, its DC offset removed, pre-emphasised
 (``x[i] -= p * x[i-1]``, ``x[0] -= p * x[0]``), windowed, zero-padded to
 ``n_fft``; the power spectrum goes through Kaldi's triangular mel banks
 (mel = 1127 ln(1 + f / 700), the Nyquist bin unused) and ``log(max(e, eps))``.
-tests/test_features.py checks the output against kaldi-native-fbank when it
+tests/dataset/test_features.py checks the output against kaldi-native-fbank when it
 is installed. torch (already a dependency) does the maths: ~5x faster than
 kaldi-native-fbank from Python, see handbook.md "Speech front end".
 Dither noise comes from the generator the caller passes (the batch's
