@@ -34,6 +34,7 @@ SHARDS_FILE = "shards.json"
 _tables: Dict[str, Dict[str, dict]] = {}  # folder -> {shard name: record}; plain data, a forked child keeps it
 _checked: Dict[str, Optional[str]] = {}  # shard -> the ETag its reads are conditional on (None: checked)
 _lock = threading.Lock()
+_first_reads: Dict[str, threading.Lock] = {}  # folder or shard -> held while its table is read or it is checked
 
 
 def clear_shards() -> None:
@@ -41,6 +42,18 @@ def clear_shards() -> None:
     with _lock:
         _tables.clear()
         _checked.clear()
+        _first_reads.clear()
+
+
+def _after_fork() -> None:
+    """A forked child's locks: new ones (a read in another thread may have held one at the fork)."""
+    global _lock
+    _lock = threading.Lock()
+    _first_reads.clear()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _split(file: str):
@@ -54,10 +67,19 @@ def shard_record(file: str) -> Optional[dict]:
     folder, name = _split(file)
     table = _tables.get(folder)
     if table is None:
-        table = _read_table(folder)
-        with _lock:
-            _tables[folder] = table
+        with _once(folder):  # the batches read ahead start together: one read of the table
+            table = _tables.get(folder)
+            if table is None:
+                table = _read_table(folder)
+                with _lock:
+                    _tables[folder] = table
     return table.get(name)
+
+
+def _once(key: str) -> threading.Lock:
+    """The lock that makes the first read of ``key``'s table or check happen once."""
+    with _lock:
+        return _first_reads.setdefault(key, threading.Lock())
 
 
 def _read_table(folder: str) -> Dict[str, dict]:
@@ -101,6 +123,13 @@ def _check(file: str) -> Optional[str]:
     are to be conditional on, or None. See NOTE [ Shard integrity ]."""
     if file in _checked:
         return _checked[file]
+    with _once(file):
+        if file in _checked:
+            return _checked[file]
+        return _check_now(file)
+
+
+def _check_now(file: str) -> Optional[str]:
     record = shard_record(file)
     etag = None
     if record is not None:
