@@ -38,8 +38,8 @@ tasks sent to it, and the buffer (2 per worker by default) holds about one
 more per worker. So the next ``READ_AHEAD`` tasks per worker after the buffer
 are promised: each goes to the least-loaded worker (counting its promises) as
 an ``Upcoming`` message, which only starts its reads, and is later sent to
-that same worker, unless another worker is then less loaded (a slow batch
-must not hold up the tasks promised behind it). A new plan whose tasks differ drops the promises that no
+that same worker, unless it is then two tasks behind another worker (a slow
+batch must not hold up the tasks promised behind it). A new plan whose tasks differ drops the promises that no
 longer hold (their reads are wasted: a few requests per plan change, never a
 different batch).
 
@@ -152,18 +152,21 @@ class PoolScheduler(Scheduler):
             self._pool.send(wid, Upcoming(task))
 
     def _least_loaded(self, promised: bool = False) -> int:
+        """The worker with the fewest tasks (counting promised ones with ``promised``), the next in turn first."""
         n = len(self._load)
-        load = list(self._load)
+        load, turn = list(self._load), self._turn
         if promised:
             for _, wid in self._promised:
                 load[wid] += 1
-        return min(((self._turn + k) % n for k in range(n)), key=load.__getitem__)
+            if self._promised:
+                turn = (self._promised[-1][1] + 1) % n
+        return min(((turn + k) % n for k in range(n)), key=load.__getitem__)
 
     def _send(self, task: Task) -> _Pending:
         if self._promised and same_task(self._promised[0][0], task):
             wid = self._promised.pop(0)[1]  # NOTE [ Promised tasks ]
-            if self._load[wid] > min(self._load):
-                wid = self._least_loaded()  # that worker is busier than another: balance first
+            if self._load[wid] > min(self._load) + 1:
+                wid = self._least_loaded()  # that worker is behind (a slow batch): balance first
         else:
             self._promised.clear()
             wid = self._least_loaded()
