@@ -1,7 +1,5 @@
 """Reading ahead: a worker starts the reads of its next batches while it builds one (NOTE [ Reading ahead ]
 in speechiter/dataset/prefetch.py); the batches, their order and their errors do not change."""
-import uuid
-
 import pytest
 
 from speechiter.dataset import prefetch
@@ -9,18 +7,12 @@ from speechiter.dataset.reader import DatasetReader
 from speechiter.dump import checksum
 from speechiter.errors import DataError, WorkerError
 from speechiter.io import shards
-from speechiter.pack.writer import write_pack
 from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_proxy, s3_server  # noqa: F401
 
-from .test_pack import batches, pack, train_iterator, write_recipe
+from .test_pack import batches, pack, train_iterator
+from .test_pack_s3 import s3_pack  # noqa: F401
 
 SETTINGS = [dict(num_workers=0), dict(num_workers=2, thread_type="proc"), dict(num_workers=2, thread_type="thread")]
-
-
-@pytest.fixture
-def no_read_ahead(monkeypatch):
-    """Readers in this process (num_workers 0, thread workers) read nothing ahead."""
-    monkeypatch.delattr(DatasetReader, "prepare")
 
 
 def count_prepared(monkeypatch):
@@ -90,28 +82,6 @@ def test_a_read_ahead_that_fails_raises_at_its_own_batch(tmp_path, make_corpus, 
 # ------------------------------------------------------------------- S3
 
 
-@pytest.fixture
-def s3_pack(s3_client, s3_proxy, tmp_path, make_corpus):
-    """(original recipe, packed recipe) of a corpus packed into a fresh bucket through the counting proxy."""
-    corpus = make_corpus(tmp_path / "c", num=40, min_sec=0.2, max_sec=0.6)
-    bucket = f"speechiter-ahead-{uuid.uuid4().hex[:12]}"
-    s3_client.create_bucket(Bucket=bucket)
-    original = write_recipe(tmp_path / "recipe.yaml", corpus)
-    iterator = train_iterator(original, num_workers=0)
-    try:
-        write_pack(iterator, f"s3://{bucket}/pack", 200 << 10, idx2_out=str(tmp_path / "index"))
-    finally:
-        iterator.close()
-    shards.clear_shards()
-    try:
-        yield original, write_recipe(tmp_path / "packed.yaml", tmp_path / "index")
-    finally:
-        shards.clear_shards()
-        for o in s3_client.list_objects_v2(Bucket=bucket).get("Contents", []):
-            s3_client.delete_object(Bucket=bucket, Key=o["Key"])
-        s3_client.delete_bucket(Bucket=bucket)
-
-
 def ranged_gets(proxy):
     return [r for r in proxy.gets() if r[2] and "shards.json" not in r[1]]
 
@@ -120,7 +90,7 @@ def ranged_gets(proxy):
 @pytest.mark.parametrize("settings", SETTINGS, ids=["0", "2-proc", "2-thread"])
 def test_an_s3_pack_read_ahead_gives_the_same_batches_at_one_request_per_batch(s3_pack, s3_proxy, settings,
                                                                                monkeypatch):
-    original, packed = s3_pack
+    original, packed, _, _ = s3_pack
     want = batches(original, num_workers=0) + batches(original, epoch=2, num_workers=0)
     s3_proxy.requests.clear()
     iterator = train_iterator(packed, **settings)
