@@ -28,6 +28,25 @@ Byte-range values (``shard.pack#bytes=a-b``, local or URL) are read another
 way: their ranges are merged per object and each merged range is one read on
 this pool (NOTE [ Coalesced reads ] in speechiter/io/coalesce.py); decoding
 stays with the batch's builder, as for local files.
+
+# NOTE [ Reading ahead ]
+Started with its batch, a read still waits its round trip in series with
+building: a worker reads batch i+1 only once batch i is built. But the plan is
+known in advance. So before a batch is built, the engine's fetch
+(speechiter/sequence/fetch.py) calls ``indexer.prepare(ids)`` for that batch
+and for the next ones this thread builds: the tasks queued to a worker and
+those promised to it (NOTE [ Promised tasks ] in
+speechiter/sequence/pool_scheduler.py), or the next ones of the plan in the
+main process (num_workers=0); the torch engine reads nothing ahead. The
+dataset passes its column here, and :func:`prepare` starts those batches'
+reads on the pool, kept per thread. When such a batch is built,
+:func:`reading_together` takes the started reads instead of starting them:
+the same reads, taken in the same order, so batches, draws and errors do not
+change (a read that failed ahead raises when its own batch takes it). A thread
+keeps at most :data:`AHEAD_PER_COLUMN` started batches per column (the oldest
+is cancelled), so the bytes read ahead stay within a worker's next batches.
+Local files are not read ahead (one lookup per batch decides); local packs
+are, as their merged reads already run on the pool.
 """
 from __future__ import annotations
 
@@ -42,13 +61,18 @@ from speechiter.io.coalesce import BYTES_MARK, start_batch_reads
 from speechiter.io.storage import is_url
 from speechiter.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
 
-__all__ = ["POOL_THREADS", "reading_together", "take"]
+__all__ = ["POOL_THREADS", "prepare", "reading_together", "take"]
 
 #: threads per process that read a batch's URLs; S3 keeps up to storage.MAX_CONNECTIONS connections.
 POOL_THREADS = 32
 _pool: Optional[DaemonThreadPool] = None
 _pool_pid: Optional[int] = None
 _pool_lock = threading.Lock()
+#: started batches a thread keeps for one column: the one being built and the next READ_AHEAD + 1 (fetch.py)
+AHEAD_PER_COLUMN = 4
+#: and for all columns (several iterators built in one thread)
+AHEAD_PER_THREAD = 8
+_local = threading.local()  # .started: [_Started], oldest first: See NOTE [ Reading ahead ]
 
 
 def _the_pool() -> DaemonThreadPool:
@@ -60,48 +84,106 @@ def _the_pool() -> DaemonThreadPool:
         return _pool
 
 
-@contextlib.contextmanager
-def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
-                     read: Callable[[str], object]) -> Iterator[None]:
-    """Start ``read(column[uid])`` for the batch ``ids`` when its values are URLs
-    (told by the first; a batch of local files costs one lookup); inside the
-    block, :func:`take` returns their results."""
-    context = current_batch()
-    if column is None or len(ids) < 2 or context.reads is not None or context.byte_reads is not None:
-        yield
-        return
-    first = column[ids[0]]
-    if BYTES_MARK in first:
-        with _byte_reads(context, [column[uid] for uid in ids]):
-            yield
-        return
-    if not is_url(first):
-        yield
-        return
-    urls = [value for value in (column[uid] for uid in ids) if is_url(value)]
-    pool = _the_pool()
-    reads: Dict[str, List[Future]] = {}
-    for value in urls:
-        reads.setdefault(value, []).append(pool.submit(read, value))
-    context.reads = reads
-    try:
-        yield
-    finally:
-        context.reads = None
-        for futures in reads.values():
+class _Started:
+    """The reads started for one batch: its URL reads or its merged byte-range reads."""
+
+    __slots__ = ("column", "ids", "read", "reads", "byte_reads")
+
+    def __init__(self, column, ids, read, reads=None, byte_reads=None):
+        self.column, self.ids, self.read = column, ids, read
+        self.reads, self.byte_reads = reads, byte_reads
+
+    def cancel(self) -> None:
+        if self.byte_reads is not None:
+            self.byte_reads.cancel()
+        for futures in (self.reads or {}).values():
             for future in futures:
                 future.cancel()
 
 
+def _start(column: Mapping[str, str], ids: Sequence[str], read: Callable[[str], object]) -> Optional[_Started]:
+    """Start the reads of batch ``ids`` (None: its values are local files, told by the first)."""
+    first = column[ids[0]]
+    if BYTES_MARK in first:
+        return _Started(column, ids, read, byte_reads=start_batch_reads([column[uid] for uid in ids],
+                                                                         _the_pool().submit))
+    if not is_url(first):
+        return None
+    pool = _the_pool()
+    reads: Dict[str, List[Future]] = {}
+    for value in (column[uid] for uid in ids):
+        if is_url(value):
+            reads.setdefault(value, []).append(pool.submit(read, value))
+    return _Started(column, ids, read, reads=reads)
+
+
+def prepare(column: Optional[Mapping[str, str]], ids: Sequence[str], read: Callable[[str], object]) -> None:
+    """Start the reads of a batch this thread builds soon, so that its
+    :func:`reading_together` takes them. See NOTE [ Reading ahead ]."""
+    if column is None or len(ids) < 2:
+        return
+    started = _ahead()
+    ids = tuple(ids)
+    if any(s.ids == ids and s.column is column for s in started):
+        return
+    try:
+        entry = _start(column, ids, read)
+    except Exception:  # noqa: BLE001 - the batch raises it in order when it is built
+        return
+    if entry is None:
+        return
+    started.append(entry)
+    same = [s for s in started if s.column is column]
+    for old in same[:max(0, len(same) - AHEAD_PER_COLUMN)] + started[:max(0, len(started) - AHEAD_PER_THREAD)]:
+        if old in started:
+            started.remove(old)
+            old.cancel()
+
+
+def _ahead() -> List[_Started]:
+    try:
+        return _local.started
+    except AttributeError:
+        _local.started = []
+        return _local.started
+
+
+def _take_started(column, ids, read) -> Optional[_Started]:
+    started = getattr(_local, "started", None)
+    if not started:
+        return None
+    ids = tuple(ids)
+    for entry in started:
+        if entry.ids == ids and entry.column is column:
+            started.remove(entry)
+            if entry.read == read:
+                return entry
+            entry.cancel()
+            return None
+    return None
+
+
 @contextlib.contextmanager
-def _byte_reads(context, values: List[str]) -> Iterator[None]:
-    context.byte_reads = start_batch_reads(values, _the_pool().submit)
+def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
+                     read: Callable[[str], object]) -> Iterator[None]:
+    """Start ``read(column[uid])`` for the batch ``ids`` when its values are URLs
+    (told by the first; a batch of local files costs one lookup), or its merged
+    byte-range reads, unless :func:`prepare` started them; inside the block,
+    :func:`take` returns their results."""
+    context = current_batch()
+    if column is None or len(ids) < 2 or context.reads is not None or context.byte_reads is not None:
+        yield
+        return
+    entry = _take_started(column, ids, read) or _start(column, ids, read)
+    if entry is None:
+        yield
+        return
+    context.reads, context.byte_reads = entry.reads, entry.byte_reads
     try:
         yield
     finally:
-        if context.byte_reads is not None:
-            context.byte_reads.cancel()
-        context.byte_reads = None
+        context.reads = context.byte_reads = None
+        entry.cancel()
 
 
 def take(value: str, read: Callable[[str], object]) -> object:

@@ -32,3 +32,10 @@ class DatasetReader:
             return self.dataset.get_batch(ids)
         finally:
             context.expected_lengths = previous
+
+    def prepare(self, ids: Sequence[str]) -> None:
+        """Start the reads of the batch ``ids``, built soon by this thread (see
+        NOTE [ Reading ahead ] in prefetch.py); a dataset without ``prepare_batch`` reads nothing ahead."""
+        prepare_batch = getattr(self.dataset, "prepare_batch", None)
+        if prepare_batch is not None:
+            prepare_batch(ids)

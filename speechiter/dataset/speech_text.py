@@ -27,7 +27,7 @@ from speechiter.checks import check_bool, check_optional_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.dataset.length_check import length_problem
-from speechiter.dataset.prefetch import reading_together, take
+from speechiter.dataset.prefetch import prepare, reading_together, take
 from speechiter.dataset.speech_files import read_speech, read_stored
 from speechiter.dataset.speed_perturb import (MAX_FACTOR_DENOMINATOR, perturbed_length,
                                               speed_fraction, speed_perturb)
@@ -180,6 +180,9 @@ class SpeechTextDataset(Dataset):
     def get_batch(self, ids: Sequence[str]) -> Dict[str, Any]:
         with reading_together(self.main_data.get("feat"), ids, self._read_speech):  # prefetch.py
             return super().get_batch(ids)
+
+    def prepare_batch(self, ids: Sequence[str]) -> None:
+        prepare(self.main_data.get("feat"), ids, self._read_speech)  # NOTE [ Reading ahead ] in prefetch.py
 
     def _read_speech(self, value: str):
         return read_speech(value, self.read_rate)

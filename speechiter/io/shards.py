@@ -43,6 +43,7 @@ _checked: Dict[str, Optional[str]] = {}  # shard -> the ETag its reads are condi
 _index_folders: Dict[str, None] = {}  # folders of idx2 files whose shards.json may list shards elsewhere
 _index_tables: Dict[str, Dict[str, dict]] = {}  # index folder -> {shard path or URL: record}
 _lock = threading.Lock()
+_first_reads: Dict[str, threading.Lock] = {}  # folder or shard -> held while its table is read or it is checked
 
 
 def clear_shards() -> None:
@@ -51,6 +52,7 @@ def clear_shards() -> None:
         _tables.clear()
         _checked.clear()
         _index_tables.clear()
+        _first_reads.clear()
 
 
 def note_index_files(files) -> None:
@@ -60,6 +62,17 @@ def note_index_files(files) -> None:
         folder = os.path.dirname(os.path.abspath(os.fspath(file)))
         if folder not in _index_folders:
             _index_folders[folder] = None
+
+
+def _after_fork() -> None:
+    """A forked child's locks: new ones (a read in another thread may have held one at the fork)."""
+    global _lock
+    _lock = threading.Lock()
+    _first_reads.clear()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _split(file: str):
@@ -73,20 +86,30 @@ def shard_record(file: str) -> Optional[dict]:
     folder, name = _split(file)
     table = _tables.get(folder)
     if table is None:
-        table = _read_table(folder)
-        with _lock:
-            _tables[folder] = table
+        with _once(folder):  # the batches read ahead start together: one read of the table
+            table = _tables.get(folder)
+            if table is None:
+                table = _read_table(folder)
+                with _lock:
+                    _tables[folder] = table
     record = table.get(name)
     if record is None and _index_folders:
         key = file if is_url(file) else os.path.abspath(file)
         for index in list(_index_folders):
-            if index not in _index_tables:
-                _index_tables[index] = {(k if is_url(k) else os.path.normpath(os.path.join(index, k))): v
-                                        for k, v in _read_table(index).items()}
+            with _once(index):
+                if index not in _index_tables:
+                    _index_tables[index] = {(k if is_url(k) else os.path.normpath(os.path.join(index, k))): v
+                                            for k, v in _read_table(index).items()}
             record = _index_tables[index].get(key)
             if record is not None:
                 break
     return record
+
+
+def _once(key: str) -> threading.Lock:
+    """The lock that makes the first read of ``key``'s table or check happen once."""
+    with _lock:
+        return _first_reads.setdefault(key, threading.Lock())
 
 
 def _read_table(folder: str) -> Dict[str, dict]:
@@ -130,6 +153,13 @@ def _check(file: str) -> Optional[str]:
     are to be conditional on, or None. See NOTE [ Shard integrity ]."""
     if file in _checked:
         return _checked[file]
+    with _once(file):
+        if file in _checked:
+            return _checked[file]
+        return _check_now(file)
+
+
+def _check_now(file: str) -> Optional[str]:
     record = shard_record(file)
     etag = None
     if record is not None:

@@ -16,6 +16,11 @@ from typing import Any, NamedTuple, Optional, Sequence
 from speechiter.seeding import imported_torch, seeded
 
 
+#: tasks promised to each worker after the buffer, whose reads it starts early (NOTE [ Promised tasks ]
+#: in pool_scheduler.py); a worker tells its indexer about READ_AHEAD + 1 next batches at most
+READ_AHEAD = 2
+
+
 class Task(NamedTuple):
     """One batch to build.
 
@@ -29,8 +34,15 @@ class Task(NamedTuple):
     seed: Optional[int] = None
 
 
-def fetch(indexer, task: Task):
-    """Build the batch of ``task`` with ``indexer``, under the batch's seed."""
+def fetch(indexer, task: Task, upcoming: Sequence[Task] = ()):
+    """Build the batch of ``task`` with ``indexer``, under the batch's seed.
+
+    ``upcoming``: the tasks this thread builds next. An indexer with a ``prepare(ids)`` method is told the ids of
+    ``task`` and of those first, so that their reads are under way while this
+    batch is built (NOTE [ Reading ahead ] in speechiter/dataset/prefetch.py).
+    """
+    if upcoming:
+        prepare(indexer, (task, *upcoming))  # this batch's reads first, unless already started
     if task.seed is None:
         return indexer[task.ids]
     torch_before = imported_torch() is not None
@@ -40,6 +52,14 @@ def fetch(indexer, task: Task):
         with seeded(task.seed):
             batch = indexer[task.ids]
     return batch
+
+
+def prepare(indexer, tasks: Sequence[Task]) -> None:
+    """Tell ``indexer`` (when it has a ``prepare(ids)`` method) the batches it builds soon, first first."""
+    method = getattr(indexer, "prepare", None)
+    if method is not None:
+        for task in tasks:
+            method(task.ids)
 
 
 def same_task(a: Task, b: Task) -> bool:

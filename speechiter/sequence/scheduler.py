@@ -23,7 +23,7 @@ import weakref
 from typing import Iterator, List, Optional, Sequence
 
 from speechiter.sequence.convert import Converter, hand_over
-from speechiter.sequence.fetch import Task, describe_ids, fetch
+from speechiter.sequence.fetch import READ_AHEAD, Task, describe_ids, fetch
 from speechiter.sequence.watchdog import BatchExpired, call_with_time_limit
 
 
@@ -101,8 +101,9 @@ class InlineScheduler(Scheduler):
 
     def _take(self, run: Run, i: int):
         task = run.tasks[i]
+        upcoming = [run.tasks[j] for j in range(i + 1, min(i + 1 + READ_AHEAD, len(run.tasks)))]  # prefetch.py
         try:
-            raw = call_with_time_limit(self._timeout, fetch, self._indexer, task)
+            raw = call_with_time_limit(self._timeout, fetch, self._indexer, task, upcoming)
         except BatchExpired as error:  # its traceback shows where the build was stuck
             raise TimeoutError(f"no batch after waiting {self._timeout:g} s (timeout={self._timeout:g}) for "
                                f"batch {task.position} built in the main process (num_workers=0), "

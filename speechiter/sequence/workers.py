@@ -6,6 +6,7 @@ builds which batch) and its own indexer, built once by calling the user's
 a :class:`Done` or a :class:`Failed`; they never raise across the boundary.
 The pools that run them are in pools.py.
 """
+import collections
 import os
 import pickle
 import queue
@@ -13,13 +14,24 @@ import signal
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, List, Optional
 
-from speechiter.sequence.fetch import Task, fetch
+from speechiter.sequence.fetch import READ_AHEAD, Task, fetch, prepare, same_task
 from speechiter.sequence.lifeline import die_with_parent, leave_fork_server, orphaned
 from speechiter.sequence.limits import explain
 from speechiter.sequence.shm import SlotRef, SlotWriter, leftover_segments, unlink_segment
 from speechiter.sequence.torch_rng import check_after_batch
+
+# NOTE [ Queued tasks ]
+# A worker's next tasks already wait in its channel: Fetch messages within the
+# buffer, and Upcoming ones, promised after it (NOTE [ Promised tasks ] in
+# pool_scheduler.py). Before it builds a batch, a worker takes every message
+# waiting in its channel, and fetch tells the indexer the ids of the next ones
+# (READ_AHEAD + 1 at most), so their reads start while this batch is built
+# (NOTE [ Reading ahead ] in speechiter/dataset/prefetch.py). Fetch and Stop
+# are then handled in the order they came: only when they are read off the
+# channel changes. The scheduler builds every task it sends (a discarded one's
+# result is dropped), so reads started ahead are not wasted.
 
 # The longest any wait of the msequence engine blocks before it checks on the other
 # side: an idle worker checks that its parent is alive and that the pool is
@@ -35,6 +47,14 @@ class Fetch:
     seq: int
     task: Task
     slot: Optional[SlotRef] = None  # process mode: where to put the arrays
+
+
+@dataclass(frozen=True)
+class Upcoming:
+    """A task this worker will be sent later: only start its reads. See NOTE [ Promised tasks ]
+    in pool_scheduler.py."""
+
+    task: Task
 
 
 @dataclass(frozen=True)
@@ -73,12 +93,13 @@ def _failure(seq, wid, error: BaseException) -> Failed:
     return Failed(seq, wid, kind, str(error), traceback.format_exc(), exit_code)
 
 
-def _build(msg: Fetch, indexer, wid: int, writer: Optional[SlotWriter]):
+def _build(msg: Fetch, indexer, wid: int, writer: Optional[SlotWriter], upcoming=()):
+    """Build ``msg``'s batch; ``upcoming``: the tasks this worker builds next (See NOTE [ Queued tasks ])."""
     try:
         if writer is None:
-            return Done(msg.seq, wid, fetch(indexer, msg.task))
+            return Done(msg.seq, wid, fetch(indexer, msg.task, upcoming))
         with writer.building(msg.slot) as arena:  # See NOTE [ Batch arrays in place ]
-            return Done(msg.seq, wid, writer.pack(fetch(indexer, msg.task), msg.slot, arena))
+            return Done(msg.seq, wid, writer.pack(fetch(indexer, msg.task, upcoming), msg.slot, arena))
     except Exception as error:
         return _failure(msg.seq, wid, error)
 
@@ -103,6 +124,43 @@ def _make_indexer(factory, wid: int, send):
     except Exception as error:
         send(_failure(None, wid, error))
         return None
+
+
+class _Queued:
+    """The messages a worker received and has not handled yet. See NOTE [ Queued tasks ]."""
+
+    def __init__(self, indexer):
+        self._messages = collections.deque()  # Fetch and Stop, in order
+        self._promised = collections.deque()  # tasks of Upcoming messages, in order
+        self._indexer = indexer
+
+    def __bool__(self):
+        return bool(self._messages)
+
+    def add(self, msg) -> None:
+        if not isinstance(msg, Upcoming):
+            self._messages.append(msg)
+        elif not self._messages:  # idle: start its reads now
+            self._promised.append(msg.task)
+            prepare(self._indexer, self.upcoming())
+        else:
+            self._promised.append(msg.task)
+
+    def next(self):
+        msg = self._messages.popleft()
+        if isinstance(msg, Fetch):
+            for i, task in enumerate(self._promised):
+                if same_task(task, msg.task):  # promised, now sent: See NOTE [ Promised tasks ]
+                    for _ in range(i + 1):
+                        self._promised.popleft()
+                    break
+        return msg
+
+    def upcoming(self) -> List[Task]:
+        """The tasks to build after the next message, the promised ones last (at most READ_AHEAD + 1)."""
+        tasks = [m.task for m in self._messages if isinstance(m, Fetch)]
+        tasks += [t for t in self._promised if not any(same_task(t, s) for s in tasks)]
+        return tasks[:READ_AHEAD + 1]
 
 
 def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, environ=None):
@@ -132,20 +190,27 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
         indexer = _make_indexer(factory, wid, results.send)
         if indexer is None:
             return
+        queued = _Queued(indexer)
         while not done.poll():
-            if not tasks.poll(POLL_S):
-                if orphaned(parent_pid):
-                    # The main process died without cleaning up (where the kernel did not
-                    # end us, see lifeline.py). Each worker sweeps the session's segments
-                    # as it leaves; the last one gets all.
-                    for name in leftover_segments(prefix):
-                        unlink_segment(name, tracked=True)
-                    return
+            if not queued:
+                if not tasks.poll(POLL_S):
+                    if orphaned(parent_pid):
+                        # The main process died without cleaning up (where the kernel did not
+                        # end us, see lifeline.py). Each worker sweeps the session's segments
+                        # as it leaves; the last one gets all.
+                        for name in leftover_segments(prefix):
+                            unlink_segment(name, tracked=True)
+                        return
+                    continue
+                while tasks.poll():
+                    queued.add(tasks.recv())
                 continue
-            msg = tasks.recv()
+            msg = queued.next()
             if isinstance(msg, Stop) or done.poll():
                 return
-            reply = _build(msg, indexer, wid, writer)
+            while tasks.poll():
+                queued.add(tasks.recv())
+            reply = _build(msg, indexer, wid, writer, queued.upcoming())
             try:
                 results.send(reply)
             except (pickle.PicklingError, TypeError, AttributeError) as error:
@@ -162,12 +227,21 @@ def thread_worker_loop(wid, factory, tasks, results, done):
     indexer = _make_indexer(factory, wid, results.put)
     if indexer is None:
         return
+    queued = _Queued(indexer)
     while not done.is_set():
-        try:
-            msg = tasks.get(timeout=POLL_S)
-        except queue.Empty:
+        if not queued:
+            try:
+                queued.add(tasks.get(timeout=POLL_S))
+            except queue.Empty:
+                pass
             continue
+        msg = queued.next()
         if isinstance(msg, Stop) or done.is_set():
             return
-        results.put(_build(msg, indexer, wid, None))
+        while True:
+            try:
+                queued.add(tasks.get_nowait())
+            except queue.Empty:
+                break
+        results.put(_build(msg, indexer, wid, None, queued.upcoming()))
         check_after_batch(msg.task.seed)  # NOTE [ torch's generator in thread workers ]
