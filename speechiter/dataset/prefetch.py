@@ -36,7 +36,7 @@ known in advance. So before a batch is built, the engine's fetch
 (speechiter/sequence/fetch.py) calls ``indexer.prepare(ids)`` for that batch
 and for the next ones this thread builds: the tasks queued to a worker and
 those promised to it (NOTE [ Promised tasks ] in
-speechiter/sequence/pool_scheduler.py), or the next ones of the plan in the
+speechiter/sequence/promises.py), or the next ones of the plan in the
 main process (num_workers=0); the torch engine reads nothing ahead. The
 dataset passes its column here, and :func:`prepare` starts those batches'
 reads on the pool, kept per thread. When such a batch is built,

@@ -17,7 +17,7 @@ from speechiter.seeding import imported_torch, seeded
 
 
 #: tasks promised to each worker after the buffer, whose reads it starts early (NOTE [ Promised tasks ]
-#: in pool_scheduler.py); a worker tells its indexer about READ_AHEAD + 1 next batches at most
+#: in promises.py); a worker tells its indexer about READ_AHEAD + 1 next batches at most
 READ_AHEAD = 2
 
 

@@ -31,18 +31,6 @@ A new scheduler sends one task; each result opens one more place, up to
 run waits for, does not share the CPU and a store's connection with the whole
 buffer. Only when tasks are sent changes, never what they give.
 
-NOTE [ Promised tasks ]
-A worker reads a batch's data ahead while it builds the one before (NOTE
-[ Reading ahead ] in speechiter/dataset/prefetch.py), but it only knows the
-tasks sent to it, and the buffer (2 per worker by default) holds about one
-more per worker. So the next ``READ_AHEAD`` tasks per worker after the buffer
-are promised: each goes to the least-loaded worker (counting its promises) as
-an ``Upcoming`` message, which only starts its reads, and is later sent to
-that same worker, unless it is then two tasks behind another worker (a slow
-batch must not hold up the tasks promised behind it). A new plan whose tasks differ drops the promises that no
-longer hold (their reads are wasted: a few requests per plan change, never a
-different batch).
-
 NOTE [ Never wait forever ]
 The consumer never blocks without a timeout: it polls for results at most
 ``POLL_S`` (workers.py) at a time, checking the workers' liveness each round (process
@@ -52,15 +40,16 @@ messages and are raised, as WorkerError, when the consumer reaches that batch.
 """
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 from speechiter import interrupts
 from speechiter.errors import ResourceError, WorkerError
 from speechiter.sequence import shm
 from speechiter.sequence.convert import Converter, ConverterThreads, device_of, hand_over, wait_converted
-from speechiter.sequence.fetch import READ_AHEAD, Task, describe_ids, same_task
+from speechiter.sequence.fetch import Task, describe_ids, same_task
 from speechiter.sequence.limits import sigbus_hint
 from speechiter.sequence.pools import WorkerPool
+from speechiter.sequence.promises import Promises, least_loaded
 from speechiter.sequence.scheduler import Run, Scheduler, as_sequence
 from speechiter.sequence.workers import POLL_S, Done, Failed, Fetch, Upcoming
 
@@ -96,7 +85,7 @@ class PoolScheduler(Scheduler):
         self._next_seq = 0
         self._window = 1  # places in the buffer, up to buffer: see NOTE [ Slow start ]
         self._turn = 0
-        self._promised: List[Tuple[Task, int]] = []  # the tasks after the buffer, and their workers
+        self._promises = Promises()  # the tasks after the buffer, and their workers
         self._converters = ConverterThreads(out_type, num_converters) if num_converters else None
         self._convert = Converter(out_type) if self._converters is None else None  # in the consumer thread
         self._device = device_of(out_type)
@@ -138,38 +127,16 @@ class PoolScheduler(Scheduler):
         self._promise(run)
 
     def _promise(self, run: Run):
-        """Promise the tasks after the buffer to workers. See NOTE [ Promised tasks ]."""
-        kept = 0
-        while kept < len(self._promised) and _same(self._promised[kept][0], _undispatched(run, kept)):
-            kept += 1
-        del self._promised[kept:]  # a new plan: what was promised is not coming
-        while len(self._promised) < READ_AHEAD * len(self._load):
-            task = _undispatched(run, len(self._promised))
-            if task is None:
-                return
-            wid = self._least_loaded(promised=True)
-            self._promised.append((task, wid))
+        """Promise the tasks after the buffer to workers. See NOTE [ Promised tasks ] in promises.py."""
+        for wid, task in self._promises.renew(run, self._load, self._turn):
             self._pool.send(wid, Upcoming(task))
 
-    def _least_loaded(self, promised: bool = False) -> int:
-        """The worker with the fewest tasks (counting promised ones with ``promised``), the next in turn first."""
-        n = len(self._load)
-        load, turn = list(self._load), self._turn
-        if promised:
-            for _, wid in self._promised:
-                load[wid] += 1
-            if self._promised:
-                turn = (self._promised[-1][1] + 1) % n
-        return min(((turn + k) % n for k in range(n)), key=load.__getitem__)
+    def _least_loaded(self) -> int:
+        """The worker with the fewest tasks, the next in turn first."""
+        return least_loaded(self._load, self._turn)
 
     def _send(self, task: Task) -> _Pending:
-        if self._promised and same_task(self._promised[0][0], task):
-            wid = self._promised.pop(0)[1]  # NOTE [ Promised tasks ]
-            if self._load[wid] > min(self._load) + 1:
-                wid = self._least_loaded()  # that worker is behind (a slow batch): balance first
-        else:
-            self._promised.clear()
-            wid = self._least_loaded()
+        wid = self._promises.worker_for(task, self._load, self._turn)
         self._turn = (wid + 1) % len(self._load)
         p = _Pending(self._next_seq, task, wid, None)
         self._next_seq += 1
@@ -324,19 +291,6 @@ class PoolScheduler(Scheduler):
                 self._pending.clear()
                 if self._slots is not None:
                     self._slots.close()
-
-
-def _same(a: Task, b: Optional[Task]) -> bool:
-    return b is not None and same_task(a, b)
-
-
-def _undispatched(run: Run, j: int) -> Optional[Task]:
-    """The ``j``-th task of ``run`` not yet dispatched (its tasks, then its lookahead), or None."""
-    j += len(run.entries)
-    if j < len(run.tasks):
-        return run.tasks[j]
-    j += len(run.ahead) - len(run.tasks)
-    return run.lookahead[j] if j < len(run.lookahead) else None
 
 
 def _leading_matches(prefetched: List[_Pending], tasks: Sequence[Task]) -> int:

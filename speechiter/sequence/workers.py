@@ -25,7 +25,7 @@ from speechiter.sequence.torch_rng import check_after_batch
 # NOTE [ Queued tasks ]
 # A worker's next tasks already wait in its channel: Fetch messages within the
 # buffer, and Upcoming ones, promised after it (NOTE [ Promised tasks ] in
-# pool_scheduler.py). Before it builds a batch, a worker takes every message
+# promises.py). Before it builds a batch, a worker takes every message
 # waiting in its channel, and fetch tells the indexer the ids of the next ones
 # (READ_AHEAD + 1 at most), so their reads start while this batch is built
 # (NOTE [ Reading ahead ] in speechiter/dataset/prefetch.py). Fetch and Stop
@@ -52,7 +52,7 @@ class Fetch:
 @dataclass(frozen=True)
 class Upcoming:
     """A task this worker will be sent later: only start its reads. See NOTE [ Promised tasks ]
-    in pool_scheduler.py."""
+    in promises.py."""
 
     task: Task
 
