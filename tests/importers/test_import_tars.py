@@ -138,6 +138,8 @@ def test_indexed_shards_give_the_batches_of_the_unpacked_corpus(tmp_path, make_c
     assert batches(indexed, num_workers=0, engine="inline") == want
     assert batches(indexed, num_workers=2, thread_type="proc") == want
     assert batches(indexed, num_workers=2, thread_type="thread") == want
+    assert batches(indexed, num_workers=4, thread_type="proc") == want
+    assert batches(indexed, num_workers=2, engine="torch") == want
     assert batches(indexed, epoch=2, start_step=2, num_workers=2) == batches(original, epoch=2, num_workers=0)[2:]
 
 

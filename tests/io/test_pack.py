@@ -130,6 +130,8 @@ def test_a_pack_gives_the_batches_of_its_corpus(tmp_path, make_corpus, fmt):
     assert batches(packed, num_workers=0, engine="inline") == want
     assert batches(packed, num_workers=2, thread_type="proc") == want
     assert batches(packed, num_workers=2, thread_type="thread") == want
+    assert batches(packed, num_workers=4, thread_type="proc") == want
+    assert batches(packed, num_workers=2, engine="torch") == want
     assert batches(packed, epoch=2, start_step=2, num_workers=2) == batches(original, epoch=2, num_workers=0)[2:]
 
 
