@@ -31,22 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tools"))
-SAMPLE_RATE = 16000
-
-RECIPE = """
-train:
-  type: block.BlockIterator
-  conf:
-    dataset_type: speech_text.SpeechTextDataset
-    dataset_conf: {{main_data: {{feat: {root}/idx2wav}}}}
-    data_len: {root}/idx2wav_len
-    batch_len: {batch_len}
-valid:
-  type: abs.Iterator
-  conf:
-    dataset_type: speech_text.SpeechTextDataset
-    dataset_conf: {{main_data: {{feat: {root}/idx2wav}}}}
-"""
+from bench_pack import RECIPE, SAMPLE_RATE  # noqa: E402 (the same recipe as the pack benchmark)
 
 
 def table(path):

@@ -1,7 +1,5 @@
-"""Tar shards indexed where they lie: members as byte ranges, audio lengths from their headers.
-
-Shared by the WebDataset, Lhotse Shar and NeMo importers. A shard is a local
-path or a URL; the index never copies it.
+"""Tar shards indexed where they lie (local or URLs, never copied): members as byte ranges, lengths from
+headers. Shared by the WebDataset, Lhotse Shar and NeMo importers.
 
 # NOTE [ Tar shards read in place ]
 A tar member's data is one contiguous byte range of its shard, so an audio
@@ -16,14 +14,12 @@ skipped, never read. ``idx2wav_len`` is the header's frame count: a WAV's data
 size over its frame size (:func:`speechiter.io.wav.read_wav_header`), a FLAC's
 STREAMINFO total; a header that gives none (a streamed encode, another format)
 is decoded whole by the reader's own decoder, so the length is what it reads.
-
 Python's tarfile ends an archive quietly at a corrupt header past the first;
 here the block where the walk stopped must be the end-of-archive marker (zero
 blocks) or the end of the shard, else it is an error naming the shard and byte.
 
 Each shard's size, and mtime (local) or ETag (a store), go in ``shards.json``
-beside the idx2 files, so a shard that changes afterwards is an error naming
-it, never garbage audio (NOTE [ Shard integrity ] in speechiter/io/shards.py).
+beside the idx2 files: a shard changed afterwards is an error naming it (NOTE [ Shard integrity ] in io/shards.py).
 """
 from __future__ import annotations
 

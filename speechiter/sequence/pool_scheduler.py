@@ -49,7 +49,7 @@ from speechiter.sequence.convert import Converter, ConverterThreads, device_of, 
 from speechiter.sequence.fetch import Task, describe_ids, same_task
 from speechiter.sequence.limits import sigbus_hint
 from speechiter.sequence.pools import WorkerPool
-from speechiter.sequence.promises import Promises, least_loaded
+from speechiter.sequence.promises import Promises
 from speechiter.sequence.scheduler import Run, Scheduler, as_sequence
 from speechiter.sequence.workers import POLL_S, Done, Failed, Fetch, Upcoming
 
@@ -130,10 +130,6 @@ class PoolScheduler(Scheduler):
         """Promise the tasks after the buffer to workers. See NOTE [ Promised tasks ] in promises.py."""
         for wid, task in self._promises.renew(run, self._load, self._turn):
             self._pool.send(wid, Upcoming(task))
-
-    def _least_loaded(self) -> int:
-        """The worker with the fewest tasks, the next in turn first."""
-        return least_loaded(self._load, self._turn)
 
     def _send(self, task: Task) -> _Pending:
         wid = self._promises.worker_for(task, self._load, self._turn)
