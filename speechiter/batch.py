@@ -4,7 +4,9 @@
 ``batch.ids`` (the utterance ids in batch order), ``batch.meta``
 (``{group_info name: [values]}``, ``{}`` without group_info) and
 ``batch.is_padding`` (one bool per row; True only for rows that pad a batch
-to the world size under distributed evaluation) are attributes, never keys,
+to the world size under distributed evaluation) and ``batch.source`` (the
+corpus of a mixed iterator's batch, None elsewhere; see speechiter/iterator/mix.py)
+are attributes, never keys,
 so ``model(**batch)`` and code that walks the keys see only the collate's
 keys. The Loader attaches them in the main process from the plan (it knows
 every task's ids), after the engine: no data travels through the workers for
@@ -18,16 +20,17 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 
 class Batch(dict):
-    """A batch dict with ``ids``, ``meta`` and ``is_padding`` attributes (see NOTE [ Batch attributes ])."""
+    """A batch dict with ``ids``, ``meta``, ``is_padding`` and ``source`` attributes (see NOTE [ Batch attributes ])."""
 
-    __slots__ = ("ids", "meta", "_padding")
+    __slots__ = ("ids", "meta", "_padding", "source")
 
     def __init__(self, data: Mapping = (), ids: Sequence[str] = (), meta: Optional[Dict[str, List[str]]] = None,
-                 is_padding: Optional[List[bool]] = None):
+                 is_padding: Optional[List[bool]] = None, source: Optional[str] = None):
         super().__init__(data)
         self.ids: List[str] = list(ids)
         self.meta: Dict[str, List[str]] = {} if meta is None else meta
         self._padding = is_padding
+        self.source: Optional[str] = source
 
     @property
     def is_padding(self) -> List[bool]:
@@ -39,14 +42,14 @@ class Batch(dict):
         return [row for row, pad in enumerate(self.is_padding) if not pad]
 
     def __reduce__(self):
-        return (_rebuild, (dict(self), self.ids, self.meta, self._padding))
+        return (_rebuild, (dict(self), self.ids, self.meta, self._padding, self.source))
 
     def __repr__(self):
         return f"Batch({dict.__repr__(self)}, ids={self.ids!r})"
 
 
-def _rebuild(data, ids, meta, padding) -> Batch:
-    return Batch(data, ids, meta, padding)
+def _rebuild(data, ids, meta, padding, source=None) -> Batch:
+    return Batch(data, ids, meta, padding, source)
 
 
 def attach(batch: Any, ids: List[str], group_info: Optional[Mapping[str, Mapping[str, str]]],
@@ -55,5 +58,9 @@ def attach(batch: Any, ids: List[str], group_info: Optional[Mapping[str, Mapping
     a non-dict batch comes back unchanged."""
     if not isinstance(batch, dict):
         return batch
-    meta = {name: [column[uid] for uid in ids] for name, column in group_info.items()} if group_info else None
-    return Batch(batch, ids, meta, padding)
+    return Batch(batch, ids, group_meta(group_info, ids), padding)
+
+
+def group_meta(group_info: Optional[Mapping[str, Mapping[str, str]]], ids: Sequence[str]) -> Optional[Dict]:
+    """``{group_info name: [value of each id]}``, or None without group_info."""
+    return {name: [column[uid] for uid in ids] for name, column in group_info.items()} if group_info else None

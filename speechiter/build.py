@@ -7,10 +7,12 @@ declares; see NOTE [ Path policy ] in speechiter/paths.py), checks every
 hooks (with a did-you-mean), checks that the declared files exist, and reports
 every error with its YAML path.
 """
+import contextlib
 import inspect
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from speechiter.config import config_dir, iter_specs, iterator_label
+from speechiter.config.groups import nested_specs
 from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError
 from speechiter.group import IteratorGroup
@@ -68,9 +70,14 @@ def recipe_paths(data_cfg) -> PathPolicy:
     return paths if paths is not None else PathPolicy.from_environment(config_dir(data_cfg))
 
 
-def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy) -> Iterator:
+def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy, inner: bool = False) -> Iterator:
     extra_dirs = paths.code_dirs()
     cls = resolve_class("iterator", spec.type, f"{spec.path}.type", base=Iterator, extra_dirs=extra_dirs)
+    if getattr(cls, "nested_option", None):
+        if inner:
+            raise ConfigError(f"{spec.path}.type", "a mix inside a mix is not supported: list its corpora in the "
+                                                   "outer mix, with their weights multiplied")
+        return build_nested(cls, spec, runtime, paths)
     conf_path = f"{spec.path}.conf"
     conf = spec.conf
     if "dataset_type" not in conf:
@@ -99,9 +106,35 @@ def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy) -> Iterator:
 
     dataset_conf.setdefault("seed", runtime.get("seed", 0))
     kwargs = {**runtime, **iter_options}
-    try:
+    with _prefixed_errors(conf_path):
         return cls(dataset_type=_prefixed(dataset_cls, f"{conf_path}.dataset_conf"), dataset_conf=dataset_conf,
                    name=spec.label, **kwargs)
+
+
+def build_nested(cls, spec, runtime: Dict[str, Any], paths: PathPolicy) -> Iterator:
+    """An iterator whose conf holds named iterators (``mix.MixIterator``'s ``iterators``): each is built as
+    an ordinary iterator with the run's settings (and those the outer conf sets), then the outer one."""
+    conf_path, key = f"{spec.path}.conf", cls.nested_option
+    options = {k: v for k, v in spec.conf.items() if k != key}
+    check_keywords(options, [_without(cls.__init__, "self", key, "name")], conf_path)
+    inner_runtime = {**runtime, **{k: v for k, v in options.items() if k in RUN_SETTINGS}}
+    built: Dict[str, Iterator] = {}
+    try:
+        for name, inner in nested_specs(spec, key):
+            built[name] = build_one(inner, inner_runtime, paths, inner=True)
+        with _prefixed_errors(conf_path):
+            return cls(**{key: built}, name=spec.label, **{**runtime, **options})
+    except BaseException:
+        for iterator in built.values():
+            iterator.close()
+        raise
+
+
+@contextlib.contextmanager
+def _prefixed_errors(conf_path: str):
+    """ConfigErrors of a class's own options, named under its conf's YAML path."""
+    try:
+        yield
     except ConfigError as e:
         if e.path.startswith("data_cfg"):
             raise
@@ -156,12 +189,8 @@ def _place(result, spec, iterator):
 def _prefixed(dataset_cls, path: str):
     """Build the dataset, naming ``path`` in its configuration errors."""
     def build(**conf):
-        try:
+        with _prefixed_errors(path):
             return dataset_cls(**conf)
-        except ConfigError as e:
-            if e.path.startswith("data_cfg"):
-                raise
-            raise ConfigError(f"{path}.{e.path}", e.message) from None
     build.__name__ = dataset_cls.__name__
     return build
 

@@ -61,7 +61,8 @@ def rank_path(path: str, rank: int) -> str:
 
 
 class DumpWriter:
-    """Writes one JSON object per loaded batch, in the order consumed (``--dump_batches``)."""
+    """Writes one JSON object per loaded batch, in the order consumed (``--dump_batches``); a mixed
+    iterator's batch also records its corpus as ``source``."""
 
     def __init__(self, path: str, rank: int = 0, distributed: bool = False, append: bool = False):
         self.path = rank_path(path, rank) if distributed else path
@@ -72,6 +73,9 @@ class DumpWriter:
               ids: List[str], batch: Any):
         record = {"group": group, "set": set_name, "iterator": iterator, "epoch": epoch, "step": step,
                   "rank": self.rank, "ids": list(ids), "checksum": checksum(batch)}
+        source = getattr(batch, "source", None)
+        if source is not None:  # a mixed iterator's batch: its corpus (speechiter/iterator/mix.py)
+            record["source"] = source
         self.file.write(json.dumps(record) + "\n")
 
     def close(self):

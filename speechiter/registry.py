@@ -36,6 +36,7 @@ BUILTIN_TYPES = {
         "abs.Iterator": "speechiter.iterator.abs.Iterator",
         "block.BlockIterator": "speechiter.iterator.block.BlockIterator",
         "bucket.BucketIterator": "speechiter.iterator.bucket.BucketIterator",
+        "mix.MixIterator": "speechiter.iterator.mix.MixIterator",
         "piece.PieceIterator": "speechiter.iterator.piece.PieceIterator",
     },
     "dataset": {

@@ -43,6 +43,7 @@ KEY_ITERATORS = "iterators"
 KEY_POLICY = "steps"
 KEY_GROUP = "train"  # the train group's state in a run state
 KEY_SETTINGS = "settings"  # optional: absent in version 1 files
+KEY_SOURCES = "sources"  # a mixed iterator's corpora, each at its own position (speechiter/iterator/mix.py)
 LOADER_KEYS = (KEY_VERSION, KEY_NAME, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_VIEW, KEY_BATCHES)
 GROUP_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_STEP, KEY_POLICY, KEY_ITERATORS)
 RUN_KEYS = (KEY_VERSION, KEY_MODE, KEY_SEED, KEY_CONFIG, KEY_GROUP)
@@ -146,6 +147,11 @@ def _settings_differences(saved: Optional[Dict[str, Any]], now: Optional[Dict[st
     return found
 
 
+def _record(fields) -> Dict[str, Any]:
+    """A state's fields as a dict, without ``sources`` where it is None (any iterator but a mix)."""
+    return {key: value for key, value in fields if key != KEY_SOURCES or value is not None}
+
+
 @dataclasses.dataclass(frozen=True)
 class LoaderState:
     """Where one iterator's loader stands: the next batch is step ``step + 1`` of ``epoch``."""
@@ -159,20 +165,24 @@ class LoaderState:
     batches: int  # batches in the iterator's view
     settings: Optional[Dict[str, Any]] = None  # settings_summary of the configuration (None in version 1)
     version: int = STATE_VERSION
+    sources: Optional[Dict[str, "LoaderState"]] = None  # a mix's corpora (absent from the dict when None)
 
     @classmethod
     def of(cls, iterator, epoch: int, step: int) -> "LoaderState":
+        sources = getattr(iterator, "source_states", None)
         return cls(iterator=iterator.name, epoch=epoch, step=step, seed=iterator.seed,
                    config=iterator.config_fingerprint, view=iterator.view_fingerprint(), batches=len(iterator.batches),
-                   settings=getattr(iterator, "config_summary", None))
+                   settings=getattr(iterator, "config_summary", None), sources=sources and sources(epoch, step))
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        return dataclasses.asdict(self, dict_factory=_record)
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "LoaderState":
-        fields = _check_layout(data, LOADER_KEYS, where, "a loader state")
+        fields = _check_layout(data, LOADER_KEYS, where, "a loader state", optional=(KEY_SETTINGS, KEY_SOURCES))
         fields[KEY_SETTINGS] = _check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}")
+        if fields.get(KEY_SOURCES) is not None:
+            fields[KEY_SOURCES] = _loader_states(fields[KEY_SOURCES], f"{where}.{KEY_SOURCES}")
         return cls(**fields)
 
     def check_setup(self, iterator, where: str = "state") -> None:
@@ -182,6 +192,8 @@ class LoaderState:
         differences = _differences(self, LoaderState.of(iterator, self.epoch, self.step), labels)
         if differences:
             raise ConfigError(where, "the state was saved with a different setup (" + "; ".join(differences) + ")")
+        if hasattr(iterator, "check_sources"):
+            iterator.check_sources(self.sources, self.epoch, self.step, f"{where}.{KEY_SOURCES}")
 
     def check_fits(self, iterator, where: str = "state") -> None:
         """check_setup, and raise a ConfigError if the step is past the end of the epoch."""
@@ -201,7 +213,7 @@ class GroupState:
     version: int = STATE_VERSION
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        return dataclasses.asdict(self, dict_factory=_record)
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "GroupState":
@@ -255,7 +267,7 @@ class RunState:
         return self.train.steps
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        return dataclasses.asdict(self, dict_factory=_record)
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "RunState":

@@ -89,6 +89,18 @@ def _iterator_spec(node: Any, path: str, group: str, set_name, name, steps: str 
     return IteratorSpec(group, set_name, name, path, type_name, conf, steps)
 
 
+def nested_specs(spec: IteratorSpec, key: str) -> list:
+    """The iterators named in ``spec``'s conf under ``key`` (a mix's ``iterators``), as ``(name, spec)``
+    pairs; each is labelled below ``spec`` (``train/libri``, ``train/sup/libri``)."""
+    path, node = f"{spec.path}.conf.{key}", spec.conf.get(key)
+    if not isinstance(node, dict) or not node:
+        raise ConfigError(path, "expected named iterators {name: {type, conf}}, got "
+                          f"{type(node).__name__} {node!r}"[:200])
+    prefix = "" if spec.name is None else f"{spec.name}/"
+    return [(str(name), _iterator_spec(item, f"{path}.{name}", spec.group, spec.set_name, f"{prefix}{name}"))
+            for name, item in node.items()]
+
+
 def _one_or_named(node: Any, path: str, group: str, set_name) -> list:
     """A group (or test set) holds one iterator or {name: iterator}."""
     if not isinstance(node, dict) or not node:

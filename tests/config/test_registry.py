@@ -240,6 +240,7 @@ def test_the_builtin_types():
         "iterator": {"abs.Iterator": "speechiter.iterator.abs.Iterator",
                      "block.BlockIterator": "speechiter.iterator.block.BlockIterator",
                      "bucket.BucketIterator": "speechiter.iterator.bucket.BucketIterator",
+                     "mix.MixIterator": "speechiter.iterator.mix.MixIterator",
                      "piece.PieceIterator": "speechiter.iterator.piece.PieceIterator"},
         "dataset": {"abs.Dataset": "speechiter.dataset.abs.Dataset",
                     "random_spk.RandomSpkFeatDataset": "speechiter.dataset.random_spk.RandomSpkFeatDataset",
