@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from speechiter.config import config_dir, iter_specs, iterator_label
 from speechiter.config.groups import nested_specs
 from speechiter.dataset.abs import Dataset
-from speechiter.errors import ConfigError
+from speechiter.errors import ConfigError, DataError
 from speechiter.group import IteratorGroup
 from speechiter.iterator.abs import Iterator
 from speechiter.paths import PathPolicy, check_files, file_options
@@ -121,7 +121,10 @@ def build_nested(cls, spec, runtime: Dict[str, Any], paths: PathPolicy) -> Itera
     built: Dict[str, Iterator] = {}
     try:
         for name, inner in nested_specs(spec, key):
-            built[name] = build_one(inner, inner_runtime, paths, inner=True)
+            try:
+                built[name] = build_one(inner, inner_runtime, paths, inner=True)
+            except DataError as e:  # an empty or unreadable corpus: say which of the mix
+                raise DataError(f"{inner.path}: {e}") from e
         with _prefixed_errors(conf_path):
             return cls(**{key: built}, name=spec.label, **{**runtime, **options})
     except BaseException:
