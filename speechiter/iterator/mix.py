@@ -25,8 +25,9 @@ required: a mix has no natural epoch).
   report take it) but does not run Iterator.__init__: it has no dataset, no
   BatchPlan and no view of its own, and overrides what reads them
   (``batches``: the corpora's views one after the other; ``epoch_tasks``;
-  ``reader``; the fingerprints). ``dataset`` and ``group_info`` are None;
-  each batch carries its corpus's group_info values and ``batch.source``.
+  ``reader``; the fingerprints). ``group_info`` is None (each batch carries
+  its corpus's group_info values, and ``batch.source``); ``dataset`` is not
+  a Dataset but what reports read of one (:class:`MixedCorpora`).
 - State: the mix's (epoch, step) decides every corpus's position; a saved
   state also holds each corpus's LoaderState at its own position
   (``sources``), checked on resume, so a state never resumes under another
@@ -67,7 +68,6 @@ class MixIterator(Iterator):
 
     #: the conf option that holds the nested iterators (speechiter.build builds them first)
     nested_option = "iterators"
-    dataset = None
     group_info = None
     data_len = None
     data_len_files = None
@@ -96,6 +96,7 @@ class MixIterator(Iterator):
         self.weights: Dict[str, float] = {name: float(share) for name, share in shares.items()}  # normalised
         self.schedule = MixSchedule([shares[name] for name in self.names])
         self.sizes = [len(iterator) for iterator in self.iterators.values()]
+        self.dataset = MixedCorpora([iterator.dataset for iterator in self.iterators.values()])
         self.own_plans = OwnPlans(list(self.iterators.values()))
         settings = {"type": qualified_name(type(self)), "batches_per_epoch": self.batches_per_epoch,
                     "weights": {name: str(share) for name, share in shares.items()}, "schedule": SCHEDULE_VERSION}
@@ -219,6 +220,18 @@ def check_weights(weights: Any, names: List[str]) -> Dict[str, Fraction]:
     if total <= 0:
         raise ConfigError("weights", f"the weights sum to {sum(weights.values())!r}; at least one must be positive")
     return {name: exact[name] / total for name in names}
+
+
+class MixedCorpora:
+    """What reports read of a mix's ``dataset``: the corpora's sample rate (None unless they share one) and
+    every corpus's main_data files (``sources``, keys ``<corpus index>.<key>``)."""
+
+    def __init__(self, datasets: List[Any]):
+        rates = {getattr(dataset, "sample_rate", None) for dataset in datasets}
+        self.sample_rate = rates.pop() if len(rates) == 1 else None
+        self.sources = {f"{index}.{key}": files for index, dataset in enumerate(datasets)
+                        for key, files in getattr(dataset, "sources", {}).items()}
+        self.datasets = datasets
 
 
 class Chained(Sequence):

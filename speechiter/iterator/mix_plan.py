@@ -8,7 +8,7 @@ See NOTE [ Mixing corpora ] in mix.py.
 """
 import threading
 from collections import OrderedDict
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from speechiter.loader import Loader
 
 #: own epochs of each corpus whose plans a mixed iterator keeps (the current one, the next, lookahead)
 KEPT_EPOCHS = 4
+#: positions whose corpus and own position a MixPlan remembers
+LOCATED_KEPT = 4096
 
 
 class SourceIds(list):
@@ -79,15 +81,21 @@ class MixPlan:
     def __init__(self, mix, epoch: int):
         self.mix, self.epoch = mix, epoch
         self.first = (epoch - 1) * len(mix)  # the global step of position 0
+        self._located: Dict[int, Tuple[int, int, int]] = {}  # the task, ids and padding ask for each position
 
     def __len__(self):
         return len(self.mix)
 
     def locate(self, position: int) -> Tuple[int, int, int]:
         """``(corpus, its own epoch, its own step)`` of the batch at ``position`` of this epoch."""
-        source, consumed = self.mix.schedule.locate(self.first + position)
-        epoch, step = stream_position(consumed, self.mix.sizes[source])
-        return source, epoch, step
+        located = self._located.get(position)
+        if located is None:
+            source, consumed = self.mix.schedule.locate(self.first + position)
+            located = (source, *stream_position(consumed, self.mix.sizes[source]))
+            if len(self._located) >= LOCATED_KEPT:
+                self._located.clear()
+            self._located[position] = located
+        return located
 
     def own_tasks(self, position: int) -> Tuple[int, EpochTasks, int]:
         source, epoch, step = self.locate(position)
@@ -97,7 +105,7 @@ class MixPlan:
         """The engine's task at ``position``: the corpus's own task (ids, seed), its ids tagged with the corpus."""
         source, tasks, step = self.own_tasks(position)
         own = tasks[step]
-        return own._replace(position=position, ids=SourceIds(source, own.ids))
+        return type(own)(position, SourceIds(source, own.ids), own.seed)
 
     def __getitem__(self, position: int) -> List[str]:
         source, tasks, step = self.own_tasks(position)
@@ -139,7 +147,6 @@ class MixLoader(Loader):
         mix = self.iterator
         for offset, batch in enumerate(super().__iter__()):
             if isinstance(batch, Batch):
-                source = mix.schedule.source(self.tasks.batches.first + self.tasks.start + offset)
-                batch.source = mix.names[source]
+                batch.source = mix.names[self.tasks.batches.locate(self.tasks.start + offset)[0]]
                 batch.meta = group_meta(mix.iterators[batch.source].group_info, batch.ids) or {}
             yield batch

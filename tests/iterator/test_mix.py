@@ -14,6 +14,7 @@ from speechiter.iterator.mix import MixIterator
 from speechiter.iterator.schedule import MixSchedule
 from speechiter.state import LoaderState
 from tests.cli.test_run import read_dump, run_cli
+from tests.iterator.test_loop import handbook_code, run_example
 from tests.recipes import entry, write_recipe
 
 WINDOW = 1000
@@ -221,3 +222,11 @@ def test_group_info_values_come_from_the_batch_corpus(corpora, tmp_path):
             assert (batch.source, set(batch.meta)) in (("libri", set()), ("cv", {"speaker"}))
     finally:
         mix.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_handbook_mixing_example(tmp_path, demo_root):
+    result = run_example(handbook_code("## Mixing corpora"), tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == "Counter({'main': 7, 'extra': 3})"
