@@ -262,7 +262,8 @@ def test_the_builtin_types():
 def test_helper_modules_of_the_package_are_not_types():
     for name in ("shuffle.EpochShuffle", "view.BatchView", "tasks.EpochTasks"):
         with pytest.raises(ConfigError, match=f"unknown iterator type '{name}'; built-ins: abs.Iterator, "
-                                              "block.BlockIterator, bucket.BucketIterator, piece.PieceIterator;"):
+                                              "block.BlockIterator, bucket.BucketIterator, mix.MixIterator, "
+                                              "piece.PieceIterator;"):
             resolve_class("iterator", name, PATH, Iterator)
     with pytest.raises(ConfigError, match="unknown dataset type 'reader.DatasetReader'"):
         resolve_class("dataset", "reader.DatasetReader", PATH, Dataset)

@@ -58,7 +58,8 @@ CASES = {  # name: (changes of the mix's conf, given the two corpora; the expect
                               rf"{MIX}.iterators.libri.conf.batch_sise: unknown option"),
     "empty corpus": (lambda a, b: {"iterators": {"libri": entry(a, "abs.Iterator"),
                                                  "cv": entry(b.parent / "empty", "abs.Iterator")}},
-                     rf"{MIX}.iterators.cv: no utterance id is common to all main_data files: feat: \[.*empty/idx2wav'\]"),
+                     rf"{MIX}.iterators.cv: no utterance id is common to all main_data files: "
+                     rf"feat: \[.*empty/idx2wav'\]"),
 }
 
 
