@@ -1,17 +1,20 @@
 """Weighted corpus mixing (mix.MixIterator): the schedule's shares in every window and the cost per batch.
 
     python tools/bench_mix.py                       # 0.7/0.3 of two corpora, 2 process workers
-    python tools/bench_mix.py --workers 4 --batches 600 --repeats 5
+    python tools/bench_mix.py --workers 4 --utterances 800 --repeats 5
 
 1. Shares: the largest deviation of each corpus's share from its weight over every window of 1,000
    consecutive batches of 100,000 steps, for a few weight sets (the issue asks for at most 1 point),
    and the schedule's cost per step.
-2. Cost per batch: a corpus alone (BlockIterator) against the same corpus mixed 0.7/0.3 with a copy of
-   itself, same workers, same batch budget, same number of batches: the median wall seconds per batch
-   over interleaved repeats, and their ratio (mixed / alone). The mix loads with one set of workers.
+2. Cost per batch: a corpus alone (BlockIterator, whole view per epoch) against (a) a mix of that one
+   corpus (weight 1: exactly the same batches, so the ratio is the mixing's own cost) and (b) the corpus
+   mixed 0.7/0.3 with a copy of itself; same workers, batch budget and number of batches. The wall
+   seconds per batch of the best of interleaved epochs (after a warm-up epoch of each; the best, as
+   timeit does, since other processes only add time), and the ratios to alone; then the main process's
+   own planning cost per batch (the task and the batch's attributes), which is all a mix adds: its workers
+   build each batch with the corpus's own reader. A mix loads with one set of workers.
 """
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -58,29 +61,45 @@ def seconds_per_batch(iterator, epoch: int) -> float:
     return (time.perf_counter() - started) / count
 
 
-def cost(corpus: Path, workers: int, batches: int, repeats: int, batch_seconds: float):
-    """(seconds per batch alone, mixed): interleaved epochs after a warm-up epoch of each."""
-    alone = block(corpus, "alone", workers, batch_seconds, batches_per_epoch=batches)
+def cost(corpus: Path, workers: int, repeats: int, batch_seconds: float):
+    """({name: best seconds per batch}, {name: planning seconds per batch}) of the corpus alone, mixed
+    with itself alone, and mixed 0.7/0.3."""
+    alone = block(corpus, "alone", workers, batch_seconds)
+    batches = len(alone)
+    one = MixIterator({"libri": block(corpus, "alone", workers, batch_seconds)}, {"libri": 1}, batches,
+                      num_workers=workers, out_type="cpu")
     parts = {name: block(corpus, name, workers, batch_seconds) for name in ("libri", "copy")}
-    mixed = MixIterator(parts, {"libri": 0.7, "copy": 0.3}, batches, num_workers=workers, out_type="cpu")
-    times = {"alone": [], "mixed": []}
+    two = MixIterator(parts, {"libri": 0.7, "copy": 0.3}, batches, num_workers=workers, out_type="cpu")
+    iterators = {"alone": alone, "mix of one": one, "mix 0.7/0.3": two}
+    times = {name: [] for name in iterators}
     try:
         for epoch in range(1, repeats + 2):
-            for name, iterator in (("alone", alone), ("mixed", mixed)):
+            for name, iterator in iterators.items():
                 seconds = seconds_per_batch(iterator, epoch)
                 if epoch > 1:  # the first epoch starts the workers
                     times[name].append(seconds)
+        planning = {name: planning_per_batch(iterator, repeats + 2) for name, iterator in iterators.items()}
     finally:
-        alone.close()
-        mixed.close()
-    return statistics.median(times["alone"]), statistics.median(times["mixed"])
+        for iterator in iterators.values():
+            iterator.close()
+    return batches, {name: min(values) for name, values in times.items()}, planning
+
+
+def planning_per_batch(iterator, epoch: int) -> float:
+    """Seconds per batch of what the main process does besides loading: each task, and each batch's ids
+    and padding rows (as the Loader asks for them)."""
+    started = time.perf_counter()
+    tasks = iterator.epoch_tasks(epoch)
+    for offset in range(len(tasks)):
+        tasks[offset]
+        tasks.batches[offset], tasks.batches.padding_of(offset)
+    return (time.perf_counter() - started) / len(tasks)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--utterances", type=int, default=400, help="utterances of the corpus")
-    parser.add_argument("--batches", type=int, default=300, help="batches per timed epoch")
     parser.add_argument("--repeats", type=int, default=3, help="timed epochs of each")
     parser.add_argument("--batch_seconds", type=float, default=20.0, help="seconds of audio per batch")
     parser.add_argument("--steps", type=int, default=100_000, help="schedule steps for the window shares")
@@ -96,13 +115,13 @@ def main(argv=None):
     from make_corpus import make_corpus
     with tempfile.TemporaryDirectory() as tmp:
         corpus = make_corpus(Path(tmp) / "corpus", args.utterances, seed=0)
-        alone, mixed = cost(corpus, args.workers, args.batches, args.repeats, args.batch_seconds)
-    print(f"2. cost per batch, {args.workers} workers, {args.batches} batches of {args.batch_seconds:g} s audio, "
-          f"median of {args.repeats}")
-    print(f"   alone {alone * 1e3:.2f} ms/batch, mixed 0.7/0.3 {mixed * 1e3:.2f} ms/batch, "
-          f"ratio mixed/alone {mixed / alone:.3f}")
-    return alone, mixed
-
+        batches, best, planning = cost(corpus, args.workers, args.repeats, args.batch_seconds)
+    print(f"2. cost per batch, {args.workers} workers, epochs of {batches} batches of up to {args.batch_seconds:g} s "
+          f"of audio, best of {args.repeats}")
+    for name, seconds in best.items():
+        print(f"   {name:12s} {seconds * 1e3:7.2f} ms/batch, ratio to alone {seconds / best['alone']:.3f}; "
+              f"planning {planning[name] * 1e6:.0f} us/batch")
+    return best, planning
 
 if __name__ == "__main__":
     main()

@@ -34,10 +34,10 @@ required: a mix has no natural epoch).
   schedule.
 """
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from numbers import Real
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Optional
 
 from speechiter.checks import check_int
 from speechiter.engine import EngineSettings

@@ -9,7 +9,7 @@ import speechiter
 from speechiter.batch import Batch
 from speechiter.dump import checksum
 from speechiter.errors import ConfigError
-from speechiter.group import GroupLoader, stream_position
+from speechiter.group import stream_position
 from speechiter.iterator.mix import MixIterator
 from speechiter.iterator.schedule import MixSchedule
 from speechiter.state import LoaderState
@@ -230,3 +230,13 @@ def test_handbook_mixing_example(tmp_path, demo_root):
     result = run_example(handbook_code("## Mixing corpora"), tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-1] == "Counter({'main': 7, 'extra': 3})"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_mix_runs_at_a_tiny_size(load_tool, capsys):
+    best, planning = load_tool("bench_mix").main(["--workers", "0", "--utterances", "30", "--repeats", "1",
+                                                  "--steps", "3000", "--batch_seconds", "5"])
+    assert set(best) == set(planning) == {"alone", "mix of one", "mix 0.7/0.3"}
+    out = capsys.readouterr().out
+    assert "weights [0.7, 0.3]: 0.7: 0.00, 0.3: 0.00" in out and "ratio to alone" in out
