@@ -16,14 +16,18 @@ command asks that speechiter can do exactly::
 
 The program is recognised by its base name (``/opt/kaldi/tools/sph2pipe_v2.5/
 sph2pipe`` is sph2pipe). Resampling is speechiter's (soxr HQ, to exactly
-``resampled_length`` samples): the length is the command's, the samples agree
-with sox's to its 16-bit rounding and dither, not bit for bit. A time range
-(``#t=``, Kaldi segments) applies to the command's output, at its rate. A path
-inside a command is taken as written (relative: the current folder, as in
-Kaldi). Anything else (another program or option, a pipeline, a redirection)
-is an unknown command: never run unless the user opts in (the import's
-``--allow_commands``, a dataset's ``allow_commands: true``), see
-:mod:`speechiter.io.commands`.
+``resampled_length`` samples), not sox's: close to the command's output (sox
+also dithers to 16 bits), not bit for bit, and so is a mix of channels (-c 1,
+-ac 1: their mean). Decoding and taking one channel give the command's samples
+exactly. A time range (``#t=``, Kaldi segments) applies to the command's
+output, at its rate. A path inside a command is taken as written (relative:
+the current folder, as in Kaldi). In an idx2 file the path resolver joins the
+idx2 folder to a piped value's first word, taking it for a relative path; the
+base-name rule makes that harmless (and an allowed command runs by its
+program's name when the joined path does not exist). Anything else (another
+program or option, a pipeline, a redirection) is an unknown command: never run
+unless the user opts in (the import's ``--allow_commands``, a dataset's
+``allow_commands: true``), see :mod:`speechiter.io.commands`.
 """
 from __future__ import annotations
 
