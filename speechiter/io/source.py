@@ -4,6 +4,7 @@
     parse_source("s3://b/rec1.wav#t=1.5,2")    Source(file="s3://b/rec1.wav", time_range=TimeRange(1.5, 2.0))
     parse_source("pack.hdf5:utt1#t=0.5")       Source(file="pack.hdf5", key="utt1", time_range=TimeRange(0.5, None))
     parse_source("s3://b/p.pack#bytes=0-99")   Source(file="s3://b/p.pack", byte_range=ByteRange(0, 99))
+    parse_source("flac -c -d -s a.flac |")     Source(file="a.flac", pipe=Pipe(...))
 
 The value is resolved already (see :func:`speechiter.paths.resolve_data_path`).
 Every reader of :mod:`speechiter.io` starts here, as Lhotse's ``AudioSource``

@@ -164,19 +164,6 @@ def test_allowed_commands_run_and_agree_with_native_reads(tmp_path, script):
     assert read_feat(value, 8000, allow_commands=True).shape[0] == 8000
 
 
-def test_piped_wav_scp_inputs_resolve_against_the_current_folder(tmp_path, monkeypatch):
-    from speechiter.paths import resolve_data_path
-
-    full = write(tmp_path / "a.flac", 0.5, seed=10)
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "wav.scp").write_text("a flac -c -d -s a.flac |\nb mycmd b.wav |\n")
-    monkeypatch.chdir(tmp_path)
-    value = resolve_data_path("a 0.25 -1", tmp_path / "d" / "segments")
-    assert value == f"flac -c -d -s {tmp_path / 'a.flac'} |#t=0.25"
-    np.testing.assert_array_equal(read_feat(value), full[4000:])
-    assert resolve_data_path("b 0 1", tmp_path / "d" / "segments") == "mycmd b.wav |#t=0,1"
-
-
 @pytest.mark.skipif(shutil.which("cat") is None, reason="no cat")
 def test_cat_run_by_the_shell_equals_the_native_read(tmp_path):
     write(tmp_path / "a.wav", 0.6, seed=7)

@@ -9,7 +9,7 @@ from speechiter.errors import ConfigError, DataError
 
 from tests.conftest import load_tool
 from tests.io.test_pipes import WAV_WRITER
-from tests.io.test_segments import SEGMENTS, kaldi_dir, load_batches
+from tests.io.test_segments import SEGMENTS, kaldi_dir
 from tests.recipes import entry, write_recipe
 
 
@@ -56,20 +56,6 @@ def test_allowed_commands_in_idx2wav(tmp_path, make_corpus):
     (tmp_path / "w.py").write_text("import sys; sys.stderr.write('disk on fire\\n'); sys.exit(4)")
     with pytest.raises(DataError, match=r"utterance \S+ \(feat from .*failed \(exit status 4\): disk on fire"):
         batches(tmp_path, corpus, idx2wav, allow_commands=True)
-
-
-@pytest.mark.timeout(120)
-def test_segments_over_piped_recordings_load_the_same_batches_as_cut_files(tmp_path):
-    data, cut = kaldi_dir(tmp_path)
-    (data / "wav.scp").write_text(f"a flac -c -d -s {tmp_path / 'a.flac'} |\nb cat {tmp_path / 'b.wav'} |\n"
-                                  f"c sox {tmp_path / 'c.flac'} -t wav - |\n")
-    data_len = load_tool("data_len")
-    data_len.data_len(data / "segments", sample_rate=16000)
-    data_len.data_len(cut / "idx2wav", sample_rate=16000)
-    assert (data / "segments_len").read_text() == (cut / "idx2wav_len").read_text()
-    kaldi = load_batches(tmp_path, "kaldi", data / "segments", data / "text", data / "segments_len")
-    files = load_batches(tmp_path, "cut", cut / "idx2wav", cut / "idx2text", cut / "idx2wav_len")
-    assert kaldi == files and len(files) > 4
 
 
 def test_unknown_commands_in_wav_scp_are_refused_at_build_all_at_once(tmp_path):
