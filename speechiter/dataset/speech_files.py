@@ -36,7 +36,8 @@ def npz_sample_rate(file: str) -> Optional[int]:
     return int(rate.reshape(-1)[0])
 
 
-def read_speech(value: str, sample_rate: Optional[int]) -> Tuple[np.ndarray, Optional[int]]:
+def read_speech(value: str, sample_rate: Optional[int],
+                allow_commands: bool = False) -> Tuple[np.ndarray, Optional[int]]:
     """``(float32 (T, C), the file's own rate or None)`` of a ``feat`` value.
 
     A SpeeChain ``.npz`` (``feat`` + ``sample_rate``) gives its ``feat``: a
@@ -47,11 +48,11 @@ def read_speech(value: str, sample_rate: Optional[int]) -> Tuple[np.ndarray, Opt
     """
     file, key = split_chunk_key(value)
     if key is not None or not file.lower().endswith(".npz"):
-        return read_feat(value, sample_rate), None
+        return read_feat(value, sample_rate, allow_commands), None
     check_data_file(file)
     rate = npz_sample_rate(file)
     if rate is None:
-        return read_feat(value, sample_rate), None
+        return read_feat(value, sample_rate, allow_commands), None
     feat = read_feat(f"{file}:feat")
     if feat.shape[0] == 0:
         raise DataError(f"{file}: feat has no frames")

@@ -39,7 +39,7 @@ from speechiter.ids import LengthMap
 from speechiter.paths import YAML_FILE
 from speechiter.dataset.pitch import PitchExtractor, collate_pitch
 from speechiter.seeding import rng
-from speechiter.io.kaldi_segments import is_kaldi_segments, read_wav_scp
+from speechiter.io.kaldi_segments import check_wav_scp, is_kaldi_segments
 from speechiter.io.storage import redact
 from speechiter.text import TextTransforms
 
@@ -70,6 +70,9 @@ class SpeechTextDataset(Dataset):
         feat_conf: log-mel settings (a mapping, or a YAML file such as
             ``config/feat/log_mel/80bin_25ms_10ms.yaml``), see
             :class:`speechiter.features.LogMel`. None keeps waveforms.
+        allow_commands: run the piped commands in wav.scp / idx2wav that
+            speechiter does not read natively (arbitrary shell: only for data
+            you trust; NOTE [ Running commands ] in speechiter/io/commands.py).
     """
 
     path_keys = ("feat", "spk_feat")
@@ -78,7 +81,8 @@ class SpeechTextDataset(Dataset):
     def dataset_init_fn(self, sample_rate: Optional[int] = DEFAULT_SAMPLE_RATE, use_speed_perturb: bool = False,
                         perturb_range: Sequence[float] = (0.9, 1.0, 1.1),
                         feat_conf: Union[dict, str, None] = None,
-                        pitch_conf: Optional[dict] = None, use_g2p: bool = False, unk_mask_prob: float = 0.0):
+                        pitch_conf: Optional[dict] = None, use_g2p: bool = False, unk_mask_prob: float = 0.0,
+                        allow_commands: bool = False):
         unknown = [k for k in self.main_data if k not in KNOWN_KEYS]
         if unknown:
             raise ConfigError("main_data", f"unknown data name {unknown[0]!r}; SpeechTextDataset reads "
@@ -93,9 +97,10 @@ class SpeechTextDataset(Dataset):
         if any(speed_fraction(f) == 0 for f in factors):
             raise ConfigError("perturb_range", f"speed factors below 1/{MAX_FACTOR_DENOMINATOR} are not "
                                                f"supported, got {perturb_range!r}")
-        for source in self.sources.get("feat", ()):  # refuse piped wav.scp entries now, not in a worker
+        self.allow_commands = check_bool(allow_commands, "allow_commands")
+        for source in self.sources.get("feat", ()):  # refuse unknown piped commands now, not in a worker
             if is_kaldi_segments(source):
-                read_wav_scp(os.path.join(os.path.dirname(source), "wav.scp"))
+                check_wav_scp(os.path.join(os.path.dirname(source), "wav.scp"), self.allow_commands)
         conf = load_feat_conf(feat_conf)
         if not rate_given and conf is not None and conf.get("sample_rate") is not None:
             sample_rate = conf["sample_rate"]  # feat_conf's rate stands in for the default
@@ -185,7 +190,7 @@ class SpeechTextDataset(Dataset):
         prepare(self.main_data.get("feat"), ids, self._read_speech)  # NOTE [ Reading ahead ] in prefetch.py
 
     def _read_speech(self, value: str):
-        return read_speech(value, self.read_rate)
+        return read_speech(value, self.read_rate, self.allow_commands)
 
     def _read_wave(self, uid: str, value: str) -> np.ndarray:
         """Decoded (resampled to ``read_rate``) and speed-perturbed."""

@@ -6,8 +6,9 @@
     python -m speechiter.importers.shar SHAR_DIR OUT_DIR         # Lhotse Shar, indexed in place
     python -m speechiter.importers.nemo MANIFEST OUT_DIR         # NeMo tarred audio, indexed in place
 
-Each importer is a library module (``kaldi_dir``, ``lhotse_manifests``) with
-a thin command beside it (``kaldi``, ``lhotse``; the tar importers are one
+Each importer is a library module (``kaldi_dir``, with ``kaldi_recordings``
+for wav.scp, pipes and reco2dur; ``lhotse_manifests``) with a thin command
+beside it (``kaldi``, ``lhotse``; the tar importers are one
 module each over ``tar_index``: members as byte ranges, NOTE [ Tar shards read
 in place ]); they share one utterance record (``utterance``), one writer of
 the idx2 files (``writer``) and the reading layer's header reader and

@@ -1,4 +1,4 @@
-"""A Kaldi/ESPnet data directory as utterances: wav.scp, segments, text, utt2spk, spk2utt, utt2dur.
+"""A Kaldi/ESPnet data directory as utterances: wav.scp, segments, text, utt2spk, spk2utt, utt2dur, reco2dur.
 
 The command, its options and the files it writes: speechiter/importers/kaldi.py.
 """
@@ -8,62 +8,13 @@ import warnings
 from decimal import Decimal
 from pathlib import Path
 
-from speechiter.importers.utterance import AudioInfo, InputError, Utterance, parse_seconds, resolve, seconds_text
+from speechiter.importers.kaldi_recordings import check_reco2dur, read_recordings, read_table
+from speechiter.importers.utterance import AudioInfo, InputError, Utterance, parse_seconds, seconds_text
 from speechiter.importers.writer import write_corpus
-from speechiter.io.kaldi_segments import check_wav_scp_entry
+from speechiter.io.commands import COMMAND_TIMEOUT
 from speechiter.io.samples import compute_num_samples, sample_range
 
 __all__ = ["import_kaldi", "read_table"]
-
-_SEGMENT = ("segment", "its recording")  # a segment in messages (see sample_range)
-
-
-def read_table(path: Path, fields=None):
-    """``[(lineno, id, rest)]`` of a Kaldi table file: ``rest`` is the rest of
-    the line (``fields=None``) or a list of exactly ``fields - 1`` fields.
-    Raises InputError for a malformed line or a duplicate id. A UTF-8 byte
-    order mark at the start is not part of the first id."""
-    try:
-        lines = path.read_text(encoding="utf-8-sig").split("\n")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
-    rows, seen = [], {}
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if fields is None:
-            parts = line.split(None, 1)
-            rest = parts[1].strip() if len(parts) == 2 else ""
-        else:
-            parts = line.split()
-            if len(parts) != fields:
-                raise InputError(f"{path}:{lineno}: expected {fields} fields, got {len(parts)}: {line.strip()!r}")
-            rest = parts[1:]
-        utt_id = parts[0]
-        if utt_id in seen:
-            raise InputError(f"{path}:{lineno}: duplicate id {utt_id!r} (first on line {seen[utt_id]})")
-        seen[utt_id] = lineno
-        rows.append((lineno, utt_id, rest))
-    return rows
-
-
-def _recordings(data_dir: Path, root: Path):
-    """``{recording id: ((location, relative), where)}`` from wav.scp."""
-    wav_scp = data_dir / "wav.scp"
-    if not wav_scp.is_file():
-        raise InputError(f"{data_dir}: no wav.scp (is this a Kaldi data directory?)")
-    recordings = {}
-    for lineno, rec_id, value in read_table(wav_scp):
-        where = f"{wav_scp}:{lineno}"
-        if not value:
-            raise InputError(f"{where}: recording {rec_id!r} has no path")
-        check_wav_scp_entry(where, rec_id, value)  # the rule speechiter reads wav.scp by
-        recordings[rec_id] = (resolve(value, root, where), where)
-    if not recordings:
-        raise InputError(f"{wav_scp}: lists no recordings (the file is empty)")
-    return recordings
 
 
 def _utterances(data_dir: Path, recordings, info: AudioInfo):
@@ -71,10 +22,10 @@ def _utterances(data_dir: Path, recordings, info: AudioInfo):
     segments = data_dir / "segments"
     utts = {}
     if not segments.is_file():
-        for rec_id, ((location, relative), where) in recordings.items():
+        for rec_id, (location, relative, where) in recordings.items():
             frames, rate = info(location, where)
             utts[rec_id] = Utterance(rec_id, location, frames, seconds_text(frames / rate), relative=relative,
-                                     where=where)
+                                     where=where, rate=rate)
         return utts
     for lineno, utt_id, (rec_id, start_text, end_text) in read_table(segments, fields=4):
         where = f"{segments}:{lineno}"
@@ -88,15 +39,15 @@ def _utterances(data_dir: Path, recordings, info: AudioInfo):
             if end <= start:
                 raise InputError(f"{where}: segment {utt_id!r} ends at {end_text} s, not after its start "
                                  f"({start_text} s)")
-        (location, relative), rec_where = recordings[rec_id]
+        location, relative, rec_where = recordings[rec_id]
         frames, rate = info(location, rec_where)
-        length = sample_range(start, end, frames, rate, where, _SEGMENT)[1]
+        length = sample_range(start, end, frames, rate, where, (f"segment {utt_id!r}", f"recording {rec_id!r}"))[1]
         if end is None or length != compute_num_samples(end - start, rate):
             duration = seconds_text(length / rate)  # open or clipped: what exists
         else:
             duration = _decimal_text(Decimal(end_text) - Decimal(start_text))
         utts[utt_id] = Utterance(utt_id, location, length, duration, start_text, end_text, relative=relative,
-                                 where=where)
+                                 where=where, rate=rate)
     if not utts:
         raise InputError(f"{segments}: lists no segments (the file is empty)")
     return utts
@@ -107,8 +58,9 @@ def _decimal_text(value: Decimal) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def _attach(data_dir: Path, utts):
-    """Add text, speakers and durations from the optional files."""
+def _attach(data_dir: Path, utts, extra_recordings=()):
+    """Add text, speakers and durations from the optional files (an empty
+    transcript is kept as ""; see write_corpus)."""
     dropped = {}
 
     def known(path, rows):
@@ -148,18 +100,26 @@ def _attach(data_dir: Path, utts):
             seconds, utts[utt_id].duration = parse_seconds(dur, f"{utt2dur}:{lineno}", "duration")
             if seconds == 0:
                 raise InputError(f"{utt2dur}:{lineno}: duration should be positive, but got {dur!r}")
+    if extra_recordings:
+        dropped["reco2dur"] = len(extra_recordings)
     if dropped:
         warnings.warn("lines for utterances not in the data directory were dropped: "
                       + ", ".join(f"{n} in {name}" for name, n in dropped.items()), stacklevel=2)
 
 
-def import_kaldi(data_dir, out_dir, root=".", absolute=False):
+def import_kaldi(data_dir, out_dir, root=".", absolute=False, sample_rate=None, allow_commands=False,
+                 command_timeout=COMMAND_TIMEOUT):
     """Convert ``data_dir`` into ``out_dir``; returns ``{file name: lines}``.
-    Raises DataError (one line) for bad input."""
+    ``sample_rate``: write idx2wav_len at that rate (None: each recording's
+    own). ``allow_commands``: run piped commands that are not read natively
+    (for at most ``command_timeout`` seconds each). Raises DataError (one
+    line) for bad input."""
     data_dir, out_dir, root = Path(data_dir), Path(out_dir), Path(root).resolve()
     if not data_dir.is_dir():
         raise InputError(f"{data_dir}: no such data directory")
-    recordings = _recordings(data_dir, root)
-    utts = _utterances(data_dir, recordings, AudioInfo())
-    _attach(data_dir, utts)
-    return write_corpus(out_dir, utts.values(), absolute)
+    recordings = read_recordings(data_dir, root, allow_commands)
+    info = AudioInfo(allow_commands, command_timeout)
+    utts = _utterances(data_dir, recordings, info)
+    extra = check_reco2dur(data_dir, recordings, info)
+    _attach(data_dir, utts, extra)
+    return write_corpus(out_dir, utts.values(), absolute, sample_rate=sample_rate)

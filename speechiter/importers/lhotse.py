@@ -20,6 +20,9 @@ one), or CutSet manifests (each cut becomes an utterance). Writes into OUT_DIR
   offset, duration)`` return (NOTE [ Segment samples ] in speechiter/io/samples.py); local files' rate and
   frames come from their headers (soundfile.info) and must agree with the
   manifest; URLs are not opened (the manifest's rate and length are used).
+  With ``--sample_rate SR`` every length is the one a dataset reading at SR
+  gets (NOTE [ One sample rate ] in speechiter/importers/writer.py); without
+  it, recordings at several rates are one warning with the count at each rate.
 - ``idx2dur`` (seconds), ``idx2text``, ``idx2spk`` and ``spk_list`` (sorted
   speakers) from the supervisions. A cut with several supervisions is refused
   (run ``cuts.trim_to_supervisions()`` first); a cut with none has no text or
@@ -65,8 +68,13 @@ def main(argv=None):
                         help="take this channel of every recording (it must be a source file of its own)")
     parser.add_argument("--absolute", action="store_true",
                         help="write absolute paths in idx2wav (default: relative ones stay relative, to OUT_DIR)")
+    parser.add_argument("--sample_rate", type=int,
+                        help="write idx2wav_len at this rate, the dataset's sample_rate (default: each recording's)")
     args = parser.parse_args(argv)
-    return run_main(parser, lambda a: import_lhotse(a.manifests, a.out_dir, a.root, a.channel, a.absolute), args)
+    if args.sample_rate is not None and args.sample_rate <= 0:
+        parser.error(f"--sample_rate should be a positive integer, but got {args.sample_rate}")
+    return run_main(parser, lambda a: import_lhotse(a.manifests, a.out_dir, a.root, a.channel, a.absolute,
+                                                    a.sample_rate), args)
 
 
 if __name__ == "__main__":

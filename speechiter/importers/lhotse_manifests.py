@@ -100,14 +100,15 @@ class _Converter:
                              f"number of seconds")
         location, relative, frames, rate = self.source(recording, channels, where)
         if whole_ok and start == 0 and compute_num_samples(duration, rate) == frames:
-            return Utterance(utt_id, location, frames, seconds_text(duration), relative=relative, where=where)
+            return Utterance(utt_id, location, frames, seconds_text(duration), relative=relative, where=where,
+                             rate=rate)
         start_text = seconds_text(start)
         end = round(start + duration, ndigits=8)  # lhotse's end (supervision.end, cut.end)
         end_text = seconds_text(end)
         length = sample_range(float(start_text), float(end_text), frames, rate, f"{where}: {utt_id!r}", _SEGMENT)[1]
         clipped = length != compute_num_samples(float(end_text) - float(start_text), rate)
         return Utterance(utt_id, location, length, seconds_text(length / rate if clipped else duration),
-                         start_text, end_text, relative=relative, where=where)
+                         start_text, end_text, relative=relative, where=where, rate=rate)
 
     def supervision(self, sup, recordings, where):
         if sup.recording_id not in recordings:
@@ -144,9 +145,10 @@ def _transform_name(transform):
     return transform.get("name", "?") if isinstance(transform, dict) else type(transform).__name__
 
 
-def import_lhotse(manifests, out_dir, root=".", channel=None, absolute=False):
+def import_lhotse(manifests, out_dir, root=".", channel=None, absolute=False, sample_rate=None):
     """Convert the manifest files into ``out_dir``; returns ``{file name:
-    lines}``. Raises DataError (one line) for bad input."""
+    lines}``. ``sample_rate``: write idx2wav_len at that rate (None: each
+    recording's own). Raises DataError (one line) for bad input."""
     if channel is not None and channel < 0:
         raise InputError(f"channel should be a non-negative integer, but got channel={channel}")
     recordings, supervisions, cuts = load_manifests(manifests)
@@ -165,4 +167,4 @@ def import_lhotse(manifests, out_dir, root=".", channel=None, absolute=False):
             utts.append(convert.segment(rec.id, rec, rec.channel_ids, 0, rec.duration, where, True))
     else:
         raise InputError("the manifests hold no recordings, supervisions or cuts")
-    return write_corpus(out_dir, utts, absolute)
+    return write_corpus(out_dir, utts, absolute, sample_rate=sample_rate)

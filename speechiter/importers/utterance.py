@@ -9,6 +9,9 @@ from typing import Dict, Optional, Tuple
 
 from speechiter.errors import DataError
 from speechiter.io.audio import audio_info
+from speechiter.io.commands import COMMAND_TIMEOUT
+from speechiter.io.piped import piped_info
+from speechiter.io.pipes import is_piped, parse_pipe
 from speechiter.io.storage import is_url
 
 __all__ = ["InputError", "Utterance", "seconds_text", "parse_seconds", "resolve", "AudioInfo"]
@@ -37,6 +40,7 @@ class Utterance:
     speaker: Optional[str] = None
     relative: bool = False
     where: str = ""  # the input it came from, for errors: "DIR/segments:3", "cuts.jsonl: item 3"
+    rate: Optional[int] = None  # the sample rate ``length`` counts at (None: not known)
 
 
 def seconds_text(value: float) -> str:
@@ -77,19 +81,30 @@ def resolve(value: str, root: Path, where: str) -> Tuple[str, bool]:
 
 class AudioInfo:
     """``(frames, sample_rate)`` from audio headers, once per location, read
-    as speechiter reads them (:func:`speechiter.io.audio.audio_info`)."""
+    as speechiter reads them (:func:`speechiter.io.audio.audio_info`; a piped
+    value: :func:`speechiter.io.piped.piped_info`, which runs an unknown
+    command when ``allow_commands``)."""
 
-    def __init__(self):
+    def __init__(self, allow_commands: bool = False, timeout: float = COMMAND_TIMEOUT):
         self._cache: Dict[str, Tuple[int, int]] = {}
+        self.allow_commands, self.timeout = allow_commands, timeout
 
     def __call__(self, location: str, where: str) -> Tuple[int, int]:
         info = self._cache.get(location)
         if info is None:
-            info = self._cache[location] = _header(location, where)
+            info = self._cache[location] = _header(location, where, self.allow_commands, self.timeout)
         return info
 
 
-def _header(location: str, where: str) -> Tuple[int, int]:
+def _header(location: str, where: str, allow_commands: bool, timeout: float) -> Tuple[int, int]:
+    if is_piped(location):
+        try:
+            frames, rate = piped_info(parse_pipe(location), allow_commands, timeout)
+        except DataError as e:
+            raise InputError(f"{where}: {e}") from None
+        if frames <= 0:
+            raise InputError(f"{where}: {location} gives no audio frames")
+        return frames, rate
     if not is_url(location) and not os.path.isfile(location):
         raise InputError(f"{where}: no such audio file: {location}")
     try:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 from speechiter.importers.utterance import InputError, Utterance
+from speechiter.io.samples import resampled_length
 
 __all__ = ["IMPORTER_FILES", "check_utterance", "write_corpus"]
 
@@ -102,12 +103,13 @@ def check_utterance(utt: Utterance) -> None:
 
 
 def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = False,
-                 extra: Optional[Dict[str, str]] = None) -> Dict[str, int]:
+                 extra: Optional[Dict[str, str]] = None, sample_rate: Optional[int] = None) -> Dict[str, int]:
     """Check every utterance, then write idx2wav, idx2wav_len, idx2dur,
     idx2text, idx2spk and spk_list (sorted by id, as tools/make_corpus.py
     does) into ``out_dir`` as a whole (NOTE [ Whole imports ]); files with no
     entries are not written. ``extra``: more files (name: text) written with
-    them. Returns ``{file name: lines}``."""
+    them. ``sample_rate``: idx2wav_len at that rate (See NOTE [ One sample
+    rate ]). Returns ``{file name: lines}``."""
     out_dir = Path(out_dir)
     utts: List[Utterance] = sorted(utterances, key=lambda u: u.id)
     if not utts:
@@ -119,7 +121,7 @@ def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = Fals
             raise InputError(f"{b.where + ': ' if b.where else ''}utterance id {a.id!r} occurs twice")
     columns = {
         "idx2wav": [(u.id, wav_value(u, out_dir, absolute)) for u in utts],
-        "idx2wav_len": [(u.id, str(u.length)) for u in utts],
+        "idx2wav_len": [(u.id, str(_length(u, sample_rate))) for u in utts],
         "idx2dur": [(u.id, u.duration) for u in utts],
         "idx2text": _one_line((u.id, u.text) for u in utts),
         "idx2spk": _one_line((u.id, u.speaker) for u in utts),
@@ -134,11 +136,46 @@ def write_corpus(out_dir, utterances: Iterable[Utterance], absolute: bool = Fals
         files["spk_list"], written["spk_list"] = "".join(f"{s}\n" for s in speakers), len(speakers)
     files.update(extra or {})
     _replace_files(out_dir, files)
+    empty = [u for u in utts if u.text is not None and not u.text.strip()]
     missing = {name: len(utts) - len(columns[name]) for name in ("idx2text", "idx2spk") if columns[name]}
+    missing["idx2text"] = missing.get("idx2text", 0) - len(empty)
     for name, count in missing.items():
         if count:
             warnings.warn(f"{count} of {len(utts)} utterances have no entry in {name}", stacklevel=2)
+    if empty:
+        warnings.warn(f"{len(empty)} of {len(utts)} utterances have an empty transcript (first: {empty[0].id!r}, "
+                      f"{empty[0].where or 'no line'}); an idx2 line needs a value, so idx2text leaves them out "
+                      f"(idx2wav, idx2wav_len and idx2dur keep them), and a dataset that reads main_data text "
+                      f"drops them", stacklevel=2)
+    if sample_rate is None:
+        _warn_mixed_rates(utts)
     return written
+
+
+# NOTE [ One sample rate ]
+# idx2wav_len counts the samples a dataset reads, and a dataset reads at one
+# rate (its sample_rate), resampling what is stored at another. So an import
+# with sample_rate writes each length as the resampler will produce it,
+# resampled_length(length, rate, sample_rate) (speechiter/io/samples.py); one
+# without it writes each at its recording's rate and warns when those differ.
+
+
+def _length(utt: Utterance, sample_rate: Optional[int]) -> int:
+    if sample_rate is None or utt.rate is None or utt.rate == sample_rate:
+        return utt.length
+    return resampled_length(utt.length, utt.rate, sample_rate)
+
+
+def _warn_mixed_rates(utts: List[Utterance]) -> None:
+    counts: Dict[int, int] = {}
+    for utt in utts:
+        if utt.rate is not None:
+            counts[utt.rate] = counts.get(utt.rate, 0) + 1
+    if len(counts) > 1:
+        rates = ", ".join(f"{rate} Hz ({n})" for rate, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        warnings.warn(f"utterances at several sample rates: {rates}; idx2wav_len counts each at its own rate, so "
+                      f"a dataset reading at one sample_rate would batch on wrong lengths: pass --sample_rate "
+                      f"(the dataset's) to write them all at that rate", stacklevel=2)
 
 
 def _replace_files(out_dir: Path, files: Dict[str, str]) -> None:

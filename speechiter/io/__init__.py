@@ -26,6 +26,11 @@ same rule the readers use.
 ``arrays``         npy / npz / HDF5 entries and the HDF5 handle cache
 ``resample``       soxr resampling to an exact length
 ``kaldi_segments`` Kaldi ``segments`` + ``wav.scp`` as time-range values
+``pipes``          Kaldi piped values (``sox a.wav -t wav -r 8000 - |``): what
+                   the command asks for, or an unknown command
+``piped``          piped values read: natively, or the command run if allowed
+``commands``       unknown commands: refused all at once, or run with a timeout
+``sphere``         NIST SPHERE that libsndfile cannot decode (shorten), named
 =================  ==========================================================
 
 Nothing is imported here: import from the modules

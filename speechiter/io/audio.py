@@ -19,6 +19,7 @@ from speechiter.io.headers import check_decoded
 from speechiter.io.remote import read_url_audio, url_audio_info
 from speechiter.io.samples import sample_range
 from speechiter.io.source import TimeRange
+from speechiter.io.sphere import check_sphere
 from speechiter.io.storage import is_url, redact
 from speechiter.paths import check_data_file
 
@@ -56,6 +57,7 @@ def audio_info(path) -> Tuple[int, int]:
     try:
         info = soundfile.info(path)
     except AUDIO_ERRORS as e:
+        check_sphere(path)  # a compressed SPHERE file: say what to do
         raise DataError(f"{path}: cannot read audio header ({e})") from None
     return int(info.frames), int(info.samplerate)
 

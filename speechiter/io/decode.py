@@ -15,6 +15,7 @@ import soundfile
 from speechiter.errors import DataError
 from speechiter.io import flac
 from speechiter.io.pcm import pcm16_to_float32
+from speechiter.io.sphere import check_sphere
 
 __all__ = ["AUDIO_ERRORS", "Select", "decode_file", "read_soundfile"]
 
@@ -46,6 +47,8 @@ def read_soundfile(file, select: Optional[Select], where: str) -> Tuple[np.ndarr
     except AUDIO_ERRORS as e:
         if getattr(file, "error", None) is not None:
             raise file.error from None  # kept by a URL's file object: See NOTE [ Errors in C callbacks ] in url_file.py
+        if isinstance(file, str):
+            check_sphere(file)  # a compressed SPHERE file: say what to do
         raise DataError(f"{where}: cannot read audio ({e})") from None
     if select is not None and x.shape[0] != count:
         raise DataError(f"{where}: corrupt or truncated audio: read {x.shape[0]} of {count} frames")

@@ -6,24 +6,31 @@ A ``main_data`` file named ``segments`` (Kaldi's ``<utt> <recording> <start>
 folder: each value becomes ``<wav.scp path>#t=<start>,<end>`` (see NOTE
 [ Segment values ] in speechiter/io/source.py). It is the file name that says
 so, as in Kaldi itself. Relative wav.scp paths resolve against the current
-folder (Kaldi's rule: the recipe folder). Piped entries (``... |``) and ark
-offsets are refused, never run.
+folder (Kaldi's rule: the recipe folder), and so do the input files of piped
+entries (``flac -c -d -s a.flac |``, read natively: NOTE [ Piped values ] in
+speechiter/io/pipes.py). Piped commands speechiter does not read natively are
+refused, all at once, unless allowed (:func:`check_wav_scp`); ark offsets
+are refused.
 """
 from __future__ import annotations
 
 import os
 import re
 import threading
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 from speechiter.errors import DataError
+from speechiter.io.commands import refuse_commands
+from speechiter.io.pipes import is_piped, parse_pipe
 from speechiter.io.source import NPT
 from speechiter.io.storage import is_url
 
-__all__ = ["is_kaldi_segments", "read_wav_scp", "check_wav_scp_entry", "kaldi_segment_value"]
+__all__ = ["is_kaldi_segments", "read_wav_scp", "check_wav_scp", "check_wav_scp_entry", "kaldi_segment_value",
+           "absolute_location"]
 
 _ARK_RE = re.compile(r"\.ark:[0-9]+$")
-_wav_scp_cache: Dict[str, Tuple[Tuple[int, int], Dict[str, str]]] = {}
+_Unknown = List[Tuple[str, str]]  # (file:line, why) of the piped commands not read natively
+_wav_scp_cache: Dict[str, Tuple[Tuple[int, int], Dict[str, str], _Unknown]] = {}
 _wav_scp_lock = threading.Lock()
 
 
@@ -32,9 +39,23 @@ def is_kaldi_segments(idx2_path: str) -> bool:
 
 
 def read_wav_scp(path: str) -> Dict[str, str]:
-    """``{recording: path or URL}`` of a Kaldi wav.scp, cached per process
-    (re-read when the file changes). Raises DataError naming the file and line
-    for a piped entry, an ark offset, a missing path or a duplicate id."""
+    """``{recording: path, URL or piped command}`` of a Kaldi wav.scp, cached
+    per process (re-read when the file changes). Raises DataError naming the
+    file and line for an ark offset, a missing path or a duplicate id."""
+    return _read(path)[0]
+
+
+def check_wav_scp(path: str, allow_commands: bool = False, how: str = "set the dataset's allow_commands: true") -> None:
+    """Read ``path`` now (errors at build time, not in a worker, and not
+    blamed on one utterance) and refuse its piped commands that are not read
+    natively, all at once, unless ``allow_commands``; ``how`` says how to
+    allow them."""
+    unknown = _read(path)[1]
+    if not allow_commands:
+        refuse_commands(unknown, how)
+
+
+def _read(path: str) -> Tuple[Dict[str, str], _Unknown]:
     try:
         stat = os.stat(path)
     except OSError:
@@ -42,20 +63,21 @@ def read_wav_scp(path: str) -> Dict[str, str]:
     stamp = (stat.st_mtime_ns, stat.st_size)
     cached = _wav_scp_cache.get(path)
     if cached is not None and cached[0] == stamp:
-        return cached[1]
+        return cached[1], cached[2]
     with _wav_scp_lock:
-        table = _parse_wav_scp(path)
-        _wav_scp_cache[path] = (stamp, table)
-    return table
+        table, unknown = _parse_wav_scp(path)
+        _wav_scp_cache[path] = (stamp, table, unknown)
+    return table, unknown
 
 
-def _parse_wav_scp(path: str) -> Dict[str, str]:
+def _parse_wav_scp(path: str) -> Tuple[Dict[str, str], _Unknown]:
     try:
         with open(path, encoding="utf-8-sig") as f:  # -sig: a byte order mark is not part of the first id
             lines = f.read().split("\n")
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read wav.scp ({e})") from None
     table: Dict[str, str] = {}
+    unknown: _Unknown = []
     for lineno, line in enumerate(lines, 1):
         parts = line.strip().split(None, 1)
         if not parts:
@@ -68,15 +90,16 @@ def _parse_wav_scp(path: str) -> Dict[str, str]:
         if rec in table:
             raise DataError(f"{where}: duplicate recording id {rec!r}")
         table[rec] = location
-    return table
+        if is_piped(location):
+            pipe = parse_pipe(location)
+            if not pipe.native:
+                unknown.append((where, pipe.reason))
+    return table, unknown
 
 
 def check_wav_scp_entry(where: str, rec: str, location: str) -> None:
-    """Refuse the wav.scp entries speechiter never reads: piped commands
-    (never run) and ark offsets. ``where`` is ``file:line``."""
-    if location.endswith("|"):
-        raise DataError(f"{where}: recording {rec!r} is a piped command, which is never run; write that "
-                        f"audio to files and list their paths in wav.scp")
+    """Refuse the wav.scp entries speechiter never reads: ark offsets.
+    ``where`` is ``file:line``."""
     if _ARK_RE.search(location):
         raise DataError(f"{where}: recording {rec!r} is an ark offset ({location}); write that audio to "
                         f"files and list their paths in wav.scp")
@@ -97,6 +120,15 @@ def kaldi_segment_value(value: str, segments_path: str) -> str:
     for text in (start, end):
         if text != "-1" and not re.fullmatch(NPT, text):
             raise DataError(f"{segments_path}: recording {rec!r}: {text!r} is not a number of seconds")
-    if not is_url(location):
-        location = os.path.abspath(location)
-    return f"{location}#t={start}" + ("" if end == "-1" else f",{end}")
+    return f"{absolute_location(location)}#t={start}" + ("" if end == "-1" else f",{end}")
+
+
+def absolute_location(location: str) -> str:
+    """A wav.scp path, or the input file of a piped command read natively,
+    made absolute against the current folder (URLs as they are)."""
+    if is_piped(location):
+        pipe = parse_pipe(location)
+        if pipe.native and not is_url(pipe.file) and not os.path.isabs(pipe.file):
+            return pipe.with_file(os.path.abspath(pipe.file)).value
+        return location
+    return location if is_url(location) else os.path.abspath(location)

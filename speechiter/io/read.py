@@ -19,6 +19,7 @@ from speechiter.io.arrays import array_num_frames, is_array_file, is_hdf5_file, 
 from speechiter.io.audio import audio_info, range_select, read_audio
 from speechiter.io.embedded import embedded_info, read_embedded
 from speechiter.io.pcm import to_float32_2d
+from speechiter.io.piped import piped_info, read_piped
 from speechiter.io.resample import resample
 from speechiter.io.samples import sample_range
 from speechiter.io.source import parse_source
@@ -28,7 +29,7 @@ from speechiter.paths import check_data_file
 __all__ = ["read_feat", "data_num_frames"]
 
 
-def read_feat(value: str, sample_rate: Optional[int] = None) -> np.ndarray:
+def read_feat(value: str, sample_rate: Optional[int] = None, allow_commands: bool = False) -> np.ndarray:
     """Read one data value into a float32 array of shape (T, C).
 
     - audio (wav, flac, ogg, anything libsndfile reads; FLAC with dr_flac,
@@ -48,7 +49,12 @@ def read_feat(value: str, sample_rate: Optional[int] = None) -> np.ndarray:
       a bigger object, a pack shard (see NOTE [ Byte-range values ] in
       speechiter/io/source.py), decoded from memory;
     - URLs (``s3://``, ``gs://``, ``http(s)://``) for any of these, read
-      through fsspec (see :mod:`speechiter.io.storage`).
+      through fsspec (see :mod:`speechiter.io.storage`);
+    - Kaldi piped commands (``flac -c -d -s a.flac |``, ``sox ... |``,
+      ``sph2pipe ... |``, ...), read natively (NOTE [ Piped values ] in
+      speechiter/io/pipes.py); other commands run only with
+      ``allow_commands`` (NOTE [ Running commands ] in
+      speechiter/io/commands.py).
 
     ``sample_rate`` does not apply to npy/npz (features, or waveforms already
     at the right rate). int16/int32 arrays are taken as PCM and scaled to
@@ -59,6 +65,9 @@ def read_feat(value: str, sample_rate: Optional[int] = None) -> np.ndarray:
     with no frames, or a missing npz/HDF5 key.
     """
     source = parse_source(value)
+    if source.pipe is not None:
+        x, rate = read_piped(source.pipe, source.time_range, allow_commands)
+        return x if sample_rate is None or int(rate) == int(sample_rate) else resample(x, rate, sample_rate)
     check_data_file(source.file)
     if source.byte_range is not None or not is_array_file(source.file):
         if source.byte_range is None:
@@ -80,14 +89,17 @@ def read_feat(value: str, sample_rate: Optional[int] = None) -> np.ndarray:
     return x
 
 
-def data_num_frames(value: str) -> Tuple[int, Optional[int]]:
+def data_num_frames(value: str, allow_commands: bool = False) -> Tuple[int, Optional[int]]:
     """``(num_frames, sample_rate or None)`` of any data value, without
     decoding: audio headers, and array shapes (see
     :func:`speechiter.io.arrays.array_num_frames`); for a ``#t=`` time range,
     the number of samples it reads."""
     source = parse_source(value)
-    check_data_file(source.file)
-    if source.byte_range is not None:
+    if source.pipe is None:
+        check_data_file(source.file)
+    if source.pipe is not None:
+        frames, rate = piped_info(source.pipe, allow_commands)
+    elif source.byte_range is not None:
         frames, rate = embedded_info(source)
     elif is_array_file(source.file):
         frames, rate = array_num_frames(source.file, source.key)

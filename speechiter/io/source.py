@@ -4,6 +4,7 @@
     parse_source("s3://b/rec1.wav#t=1.5,2")    Source(file="s3://b/rec1.wav", time_range=TimeRange(1.5, 2.0))
     parse_source("pack.hdf5:utt1#t=0.5")       Source(file="pack.hdf5", key="utt1", time_range=TimeRange(0.5, None))
     parse_source("s3://b/p.pack#bytes=0-99")   Source(file="s3://b/p.pack", byte_range=ByteRange(0, 99))
+    parse_source("flac -c -d -s a.flac |")     Source(file="a.flac", pipe=Pipe(...))
 
 The value is resolved already (see :func:`speechiter.paths.resolve_data_path`).
 Every reader of :mod:`speechiter.io` starts here, as Lhotse's ``AudioSource``
@@ -32,6 +33,11 @@ speechiter/pack/), inclusive as in an HTTP Range header::
 The bytes are read (one ranged read, or a slice of a batch's coalesced read,
 see speechiter/io/coalesce.py) and decoded from memory
 (speechiter/io/embedded.py). The kind is told by the bytes, not the name.
+
+A value that ends in ``|`` (optionally followed by a time range) is a Kaldi
+piped command, ``sox rec1.wav -t wav -r 8000 - |#t=1.5,2``: its source has a
+``pipe`` (NOTE [ Piped values ] in speechiter/io/pipes.py) and ``file`` is
+the command's input file (the command itself when it is not read natively).
 """
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ import re
 from typing import NamedTuple, Optional, Tuple, Union
 
 from speechiter.errors import DataError
+from speechiter.io.pipes import Pipe, parse_pipe, split_piped_value
 from speechiter.io.storage import is_url
 
 __all__ = ["NPT", "TimeRange", "ByteRange", "Source", "parse_source", "split_time_range", "split_byte_range",
@@ -75,6 +82,7 @@ class Source(NamedTuple):
     key: Optional[str] = None  # the entry of a chunk file (.hdf5, .h5, .npz)
     time_range: Optional[TimeRange] = None  # None: all of it
     byte_range: Optional[ByteRange] = None  # an encoded file inside ``file``; See NOTE [ Byte-range values ]
+    pipe: Optional[Pipe] = None  # a piped command's output
 
     @property
     def is_url(self) -> bool:
@@ -90,6 +98,12 @@ class Source(NamedTuple):
 def parse_source(value: str) -> Source:
     """The :class:`Source` of a resolved data value. Raises DataError for an
     empty time or byte range."""
+    piped = split_piped_value(value)
+    if piped is not None:
+        command, suffix = piped
+        time_range = split_time_range(f"{command}{suffix}")[1] if suffix else None
+        pipe = parse_pipe(command)
+        return Source(pipe.file if pipe.native else pipe.command, time_range=time_range, pipe=pipe)
     value, time_range = split_time_range(value)
     value, byte_range = split_byte_range(value)
     file, key = split_chunk_key(value)

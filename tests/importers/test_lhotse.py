@@ -293,3 +293,68 @@ def test_a_nan_or_infinite_cut_names_the_cut(tmp_path, monkeypatch, field, value
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert f"{path}: item 1: {message}" in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------- one sample rate
+
+
+def mixed_cuts(tmp_path):
+    """A CutSet of four 16 kHz recordings and one at 22.05 kHz, whole recordings with a supervision each."""
+    recordings = []
+    for i, (seconds, rate) in enumerate([(1.0, SR), (1.5, SR), (0.75, SR), (1.25, SR), (1.1, 22050)]):
+        write_audio(tmp_path / "audio" / f"r{i}.wav", seconds, sample_rate=rate, seed=i)
+        recordings.append(Recording.from_file(str(tmp_path / "audio" / f"r{i}.wav"), recording_id=f"r{i}"))
+    recordings = RecordingSet.from_recordings(recordings)
+    supervisions = SupervisionSet.from_segments([
+        SupervisionSegment(f"r{i}-1", r.id, start=0, duration=r.duration, text=f"WORDS {i}", speaker="s")
+        for i, r in enumerate(recordings)])
+    cuts = CutSet.from_manifests(recordings, supervisions)
+    return save(cuts.modify_ids(lambda i: f"c-{i.split('-')[0]}"), tmp_path / "cuts.jsonl.gz")
+
+
+def build(corpus, data_len, sample_rate=16000):
+    from speechiter.dataset.speech_text import SpeechTextDataset
+    from speechiter.iterator.block import BlockIterator
+
+    iterator = BlockIterator(dataset_type=SpeechTextDataset,
+                             dataset_conf={"main_data": {"feat": str(corpus / "idx2wav")}, "sample_rate": sample_rate},
+                             data_len=str(data_len), batch_len=16000 * 3, engine="inline", out_type="null")
+    try:
+        return [b["feat"].shape for b in iterator.build_loader(1)]
+    finally:
+        iterator.close()
+
+
+def test_a_mixed_rate_import_says_so_and_sample_rate_writes_one_rate(lhotse_tool, tmp_path, capsys):
+    from speechiter.io.read import read_feat
+    from speechiter.paths import resolve_data_path
+
+    cuts = mixed_cuts(tmp_path)
+    out = tmp_path / "out"
+    assert run(lhotse_tool, cuts, out) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{PROG}: warning: utterances at several sample rates: 16000 Hz (4), 22050 Hz (1); idx2wav_len "
+                   f"counts each at its own rate, so a dataset reading at one sample_rate would batch on wrong "
+                   f"lengths: pass --sample_rate (the dataset's) to write them all at that rate"]
+    assert read_idx2(out / "idx2wav_len")["c-r4"] == "24255"
+    assert run(lhotse_tool, cuts, out, "--sample_rate", 16000) == 0
+    assert capsys.readouterr().err == ""
+    lengths = read_idx2(out / "idx2wav_len")
+    assert lengths["c-r4"] == "17600"
+    for utt, value in read_idx2(out / "idx2wav").items():
+        assert read_feat(resolve_data_path(value, out / "idx2wav"), 16000).shape[0] == int(lengths[utt]), utt
+    assert len(build(out, out / "idx2wav_len")) >= 2
+
+
+def test_lengths_written_at_another_rate_say_which(lhotse_tool, tmp_path, capsys):
+    from speechiter.errors import DataError
+
+    out = tmp_path / "out"
+    assert run(lhotse_tool, mixed_cuts(tmp_path), out, "--sample_rate", 8000) == 0
+    with pytest.raises(DataError, match=r"decoded \d+ samples, but \S+idx2wav_len says \d+, which is this audio "
+                                        r"at 8000 Hz while it is read at 16000 Hz: the length file was written at "
+                                        r"8000 Hz; write it at 16000 Hz"):
+        build(out, out / "idx2wav_len")
+    with pytest.raises(SystemExit) as exit:
+        run(lhotse_tool, tmp_path / "cuts.jsonl.gz", out, "--sample_rate", -1)
+    assert exit.value.code == 2 and "--sample_rate should be a positive integer" in capsys.readouterr().err

@@ -146,9 +146,15 @@ def load_batches(tmp_path, name, feat, text, data_len, workers=0):
     return [(list(b["text"]), checksum(b)) for epoch in (1, 2) for b in iterator.build_loader(epoch=epoch)]
 
 
+PIPED_WAV_SCP = "a flac -c -d -s {d}/a.flac |\nb cat {d}/b.wav |\nc sox {d}/c.flac -t wav - |\n"
+
+
 @pytest.mark.timeout(120)
-def test_kaldi_dir_loads_the_same_batches_as_cut_files(tmp_path):
+@pytest.mark.parametrize("piped", [False, True], ids=["paths", "pipes"])
+def test_kaldi_dir_loads_the_same_batches_as_cut_files(tmp_path, piped):
     data, cut = kaldi_dir(tmp_path)
+    if piped:  # NOTE [ Piped values ] in speechiter/io/pipes.py: read natively, no shell
+        (data / "wav.scp").write_text(PIPED_WAV_SCP.format(d=tmp_path))
     data_len = load_tool("data_len")
     data_len.data_len(data / "segments", sample_rate=16000)
     data_len.data_len(cut / "idx2wav", sample_rate=16000)
@@ -159,18 +165,23 @@ def test_kaldi_dir_loads_the_same_batches_as_cut_files(tmp_path):
     assert load_batches(tmp_path, "kaldi2", data / "segments", data / "text", data / "segments_len", 2) == files
 
 
-def test_relative_wav_scp_paths_resolve_against_the_current_folder(tmp_path, monkeypatch):
+@pytest.mark.parametrize("line, expected", [
+    ("a a.wav", "{d}/a.wav#t=0.1"),
+    ("a flac -c -d -s a.wav |", "flac -c -d -s {d}/a.wav |#t=0.1"),  # the input of a pipe read natively
+    ("a mycmd a.wav |", "mycmd a.wav |#t=0.1"),  # an unknown command: as written
+])
+def test_relative_wav_scp_paths_resolve_against_the_current_folder(tmp_path, monkeypatch, line, expected):
     full = write_recording(tmp_path / "a.wav", 1.0)
     (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "wav.scp").write_text("a a.wav\n")
+    (tmp_path / "d" / "wav.scp").write_text(f"{line}\n")
     monkeypatch.chdir(tmp_path)
     value = resolve_data_path("a 0.1 -1", tmp_path / "d" / "segments")
-    assert value == f"{tmp_path / 'a.wav'}#t=0.1"
-    np.testing.assert_array_equal(read_feat(value), full[2205:])
+    assert value == expected.format(d=tmp_path)
+    if "mycmd" not in line:
+        np.testing.assert_array_equal(read_feat(value), full[2205:])
 
 
 @pytest.mark.parametrize("wav_scp, segment, message", [
-    ("a sox a.wav -t wav - |\n", "a 0 1", r"wav.scp:1: recording 'a' is a piped command, which is never run"),
     ("b b.wav\na foo.ark:123\n", "a 0 1", r"wav.scp:2: recording 'a' is an ark offset"),
     ("a a.wav\na b.wav\n", "a 0 1", r"wav.scp:2: duplicate recording id 'a'"),
     ("a\n", "a 0 1", r"wav.scp:1: recording 'a' has no path"),
@@ -195,7 +206,8 @@ def test_piped_wav_scp_is_refused_when_the_dataset_is_built(tmp_path):
     cfg = tmp_path / "p.yaml"
     write_data_cfg(cfg, data / "segments", data / "text", cut / "idx2wav_len")
     load_tool("data_len").data_len(cut / "idx2wav")
-    with pytest.raises(DataError, match=r"wav.scp:1: recording 'a' is a piped command"):
+    with pytest.raises(DataError, match=r"1 piped command that speechiter does not read natively, never run by "
+                                        r"default: \S+wav.scp:1 \(program 'touch'\)"):
         speechiter.build_iterators(speechiter.load_config(cfg), num_workers=0)
     assert not marker.exists()
 
