@@ -1,0 +1,84 @@
+"""Reverberation: the waveform convolved with a room impulse response from a list.
+
+Draws: whether it applies (``prob``), then the RIR (uniform over the list).
+The output is the full convolution shifted by the RIR's direct path (the
+index of its largest absolute sample) and cut to the input's length, so the
+speech keeps its timing against the transcript (Kaldi's ``wav-reverberate
+--shift-output``, as Lhotse's ReverbWithImpulseResponse). With ``normalize``
+(the default, as Lhotse's ``normalize_output``) each channel is scaled back to
+its power before the reverberation. A mono RIR is applied to every channel.
+
+# NOTE [ Overlap-add convolution ]
+The convolution is computed by FFT, block by block (overlap-add): the input
+is cut into blocks of ``n_fft - L + 1`` samples for an RIR of ``L`` samples,
+``n_fft`` the power of two at or above ``4 L`` (or the whole convolution, when
+shorter); all blocks go through one batched numpy ``rfft`` / ``irfft`` in
+float32, and each block's tail is added to the head of the next. Blocks of
+32k samples stay in the CPU's cache where one 230k-point FFT of the whole
+convolution does not: on a 14 s utterance and a 0.5 s RIR this is about twice
+as fast as numpy on the whole (and as fast as scipy.signal.fftconvolve, which
+is not a dependency).
+
+numpy's pocketfft, not torch's FFT, although torch's is up to twice as fast:
+with more than one intra-op thread (the main process: inline loading, thread
+workers) torch splits one transform across threads and its result changes in
+the last bits, so a batch would depend on the engine. numpy computes each
+transform in one thread, the same way everywhere.
+"""
+from typing import Any, Dict
+
+import numpy as np
+
+from speechiter.checks import check_bool
+from speechiter.dataset.augment.corpus import CACHE_MB, AudioList
+from speechiter.dataset.augment.options import check_prob, fires
+
+
+class Reverb:
+    """The ``reverb`` step (see the module docstring)."""
+
+    name = "reverb"
+
+    def __init__(self, rir, prob: float = 1.0, normalize: bool = True, cache_mb: float = CACHE_MB, *, where: str,
+                 sample_rate: int, frame_samples: int):
+        self.prob = check_prob(prob, f"{where}.prob")
+        self.normalize = check_bool(normalize, f"{where}.normalize")
+        self.files = AudioList(rir, f"{where}.rir", "RIR", sample_rate, frame_samples, cache_mb)
+
+    def __call__(self, wave: np.ndarray, generator: np.random.Generator, applied: Dict[str, Any]) -> np.ndarray:
+        if not fires(generator, self.prob):
+            return wave
+        index = int(generator.integers(len(self.files)))
+        rir = self.files.load(index)
+        out = convolve_aligned(wave, rir)
+        if self.normalize:
+            before = np.einsum("tc,tc->c", wave, wave, dtype=np.float64)
+            after = np.einsum("tc,tc->c", out, out, dtype=np.float64)
+            scale = np.sqrt(np.divide(before, after, out=np.zeros_like(before), where=after > 0))
+            out *= scale.astype(np.float32)
+        applied[self.name] = {"file": self.files.ids[index]}
+        return out
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 1).bit_length()
+
+
+def convolve_aligned(wave: np.ndarray, rir: np.ndarray) -> np.ndarray:
+    """``full_convolution(wave, rir)[peak : peak + T]`` per channel, float32 ``(T, C)``, ``peak`` the
+    index of the RIR's largest absolute sample (see NOTE [ Overlap-add convolution ])."""
+    length, channels = wave.shape
+    size = rir.shape[0]
+    peak = int(np.argmax(np.abs(rir)))
+    n_fft = max(_pow2(2 * size), min(_pow2(4 * size), _pow2(length + size - 1)))
+    block = n_fft - size + 1  # >= size - 1: a block's tail overlaps only the next block
+    count = -(-length // block)
+    x = np.zeros((channels, count * block), dtype=np.float32)
+    x[:, :length] = wave.T
+    spectrum = np.fft.rfft(x.reshape(channels, count, block), n=n_fft, axis=-1)
+    spectrum *= np.fft.rfft(rir, n=n_fft)
+    blocks = np.fft.irfft(spectrum, n=n_fft, axis=-1)
+    full = np.zeros((channels, count + 1, block), dtype=np.float32)
+    full[:, :count] = blocks[..., :block]
+    full[:, 1:, :size - 1] += blocks[..., block:]
+    return np.ascontiguousarray(full.reshape(channels, -1)[:, peak:peak + length].T)
