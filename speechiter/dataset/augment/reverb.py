@@ -52,8 +52,8 @@ class Reverb:
         rir = self.files.load(index)
         out = convolve_aligned(wave, rir)
         if self.normalize:
-            before = np.einsum("tc,tc->c", wave, wave, dtype=np.float64)
-            after = np.einsum("tc,tc->c", out, out, dtype=np.float64)
+            before = np.einsum("tc,tc->c", wave, wave)  # no BLAS: see noise.power
+            after = np.einsum("tc,tc->c", out, out)
             scale = np.sqrt(np.divide(before, after, out=np.zeros_like(before), where=after > 0))
             out *= scale.astype(np.float32)
         applied[self.name] = {"file": self.files.ids[index]}
