@@ -1,6 +1,9 @@
 """The augmentation chain through build_iterators and the engines: the record in batch.meta, composition with
 speed perturbation, views, and bit-identical batches for 0, 1, 2, 4 workers, proc and thread, the torch engine,
 and a resume at any step."""
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,6 +12,8 @@ from speechiter.batch import ROWS_KEY
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.dataset.speed_perturb import perturbed_length
 from tests.dataset.augment_corpora import PRESET, chain
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def recipe(make_recipe, tmp_path, corpus, name="recipe.yaml", spec_augment=True, batch_len=3000, **dataset_conf):
@@ -122,3 +127,25 @@ def test_identical_for_any_workers_engine_and_resume_point(tmp_path, make_recipe
         assert_same(reference[start_step:], run(cfg, start_step=start_step, num_workers=2))
     other_seed = run(cfg, seed=6, num_workers=0)
     assert other_seed[0][1]["augment"] != reference[0][1]["augment"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_handbook_augmentation_example(tmp_path, corpus, monkeypatch):
+    section = (REPO / "handbook.md").read_text().split("\n## Augmentation\n", 1)[1].split("\n## ", 1)[0]
+    yaml_text = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    chain(tmp_path)  # writes tmp_path/noise/idx2wav and tmp_path/rir/idx2wav
+    for placeholder, path in (("/path/to/corpus", corpus), ("/path/to/musan", tmp_path / "noise"),
+                              ("/path/to/rirs", tmp_path / "rir")):
+        yaml_text = yaml_text.replace(placeholder, str(path))
+    (tmp_path / "recipe.yaml").write_text(yaml_text)
+    monkeypatch.chdir(REPO)
+    iterators = speechiter.build_iterators(speechiter.load_config(tmp_path / "recipe.yaml"), num_workers=1,
+                                           out_type="null")
+    try:
+        batches = list(iterators["train"].build_loader(epoch=1))
+        assert sum(len(b.ids) for b in batches) == 20
+        assert all(len(b.meta["augment"]) == len(b.ids) and b["feat"].shape[2] == 80 for b in batches)
+        assert list(iterators["valid"].build_loader(epoch=1))[0].meta == {}
+    finally:
+        speechiter.build.close_all(iterators)

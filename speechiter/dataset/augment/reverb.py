@@ -19,6 +19,11 @@ convolution does not: on a 14 s utterance and a 0.5 s RIR this is about twice
 as fast as numpy on the whole (and as fast as scipy.signal.fftconvolve, which
 is not a dependency).
 
+The forward transforms ask for ``norm="ortho"`` and the RIR's spectrum is
+scaled back: numpy 2.4's transforms without a scale factor (a forward one
+with the default norm) took 4-5 times as long as scaled ones here (8 rows of
+32k: 12.7 ms against 2.3 ms), in float32 and float64 alike.
+
 numpy's pocketfft, not torch's FFT, although torch's is up to twice as fast:
 with more than one intra-op thread (the main process: inline loading, thread
 workers) torch splits one transform across threads and its result changes in
@@ -75,8 +80,9 @@ def convolve_aligned(wave: np.ndarray, rir: np.ndarray) -> np.ndarray:
     count = -(-length // block)
     x = np.zeros((channels, count * block), dtype=np.float32)
     x[:, :length] = wave.T
-    spectrum = np.fft.rfft(x.reshape(channels, count, block), n=n_fft, axis=-1)
-    spectrum *= np.fft.rfft(rir, n=n_fft)
+    # X / sqrt(n) times H * sqrt(n), then irfft's 1 / n: see NOTE [ Overlap-add convolution ] on norm
+    spectrum = np.fft.rfft(x.reshape(channels, count, block), n=n_fft, axis=-1, norm="ortho")
+    spectrum *= np.fft.rfft(rir, n=n_fft, norm="ortho") * np.float32(n_fft)
     blocks = np.fft.irfft(spectrum, n=n_fft, axis=-1)
     full = np.zeros((channels, count + 1, block), dtype=np.float32)
     full[:, :count] = blocks[..., :block]
