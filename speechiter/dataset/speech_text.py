@@ -165,7 +165,7 @@ class SpeechTextDataset(Dataset):
         for key, value in main_data.items():
             if key == "feat":
                 item["feat"] = self._read_wave(uid, value, applied)
-                if self.pitch is not None:  # f0 of the waveform read (and perturbed)
+                if self.pitch is not None:  # f0 of the waveform read (perturbed and augmented)
                     item["pitch"] = self.pitch(item["feat"], uid)
             elif key == "spk_feat":
                 item["spk_feat"] = self._read(key, uid, read_stored, value)

@@ -21,7 +21,7 @@ changes the speed, never the batches.
 import os
 import threading
 from collections import OrderedDict
-from typing import List, Sequence, Union
+from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -84,6 +84,11 @@ class AudioList:
 
     def __len__(self):
         return len(self.ids)
+
+    def draw(self, generator: np.random.Generator) -> Tuple[str, np.ndarray]:
+        """``(id, wave)`` of a file drawn uniformly with ``generator`` (one draw)."""
+        index = int(generator.integers(len(self.ids)))
+        return self.ids[index], self.load(index)
 
     def load(self, index: int) -> np.ndarray:
         """File ``index`` as float32 ``(T,)`` at the dataset's rate, checked (see NOTE [ Noise and RIR files ])."""

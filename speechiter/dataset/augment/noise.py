@@ -31,9 +31,8 @@ class Noise:
     def __call__(self, wave: np.ndarray, generator: np.random.Generator, applied: Dict[str, Any]) -> np.ndarray:
         if not fires(generator, self.prob):
             return wave
-        index = int(generator.integers(len(self.files)))
+        name, noise = self.files.draw(generator)  # then the SNR and the offset
         snr = float(generator.uniform(*self.snr))
-        noise = self.files.load(index)
         length, size = wave.shape[0], noise.shape[0]
         if size >= length:
             offset = int(generator.integers(size - length + 1))
@@ -44,7 +43,7 @@ class Noise:
         speech_power = power(wave)
         noise_power = power(piece)
         scale = np.sqrt(speech_power / (noise_power * 10.0 ** (snr / 10.0))) if noise_power > 0 else 0.0
-        applied[self.name] = {"file": self.files.ids[index], "snr": snr, "offset": offset}
+        applied[self.name] = {"file": name, "snr": snr, "offset": offset}
         return wave + (np.float32(scale) * piece)[:, None]
 
 

@@ -53,15 +53,14 @@ class Reverb:
     def __call__(self, wave: np.ndarray, generator: np.random.Generator, applied: Dict[str, Any]) -> np.ndarray:
         if not fires(generator, self.prob):
             return wave
-        index = int(generator.integers(len(self.files)))
-        rir = self.files.load(index)
+        name, rir = self.files.draw(generator)
         out = convolve_aligned(wave, rir)
         if self.normalize:
             before = np.einsum("tc,tc->c", wave, wave)  # no BLAS: see noise.power
             after = np.einsum("tc,tc->c", out, out)
             scale = np.sqrt(np.divide(before, after, out=np.zeros_like(before), where=after > 0))
             out *= scale.astype(np.float32)
-        applied[self.name] = {"file": self.files.ids[index]}
+        applied[self.name] = {"file": name}
         return out
 
 
