@@ -87,7 +87,9 @@ def test_reverb_keeps_the_timing_and_the_power(tmp_path):
     out = Reverb(rir_files, where="w", sample_rate=RATE, frame_samples=400)(clean, np.random.default_rng(0), {})
     assert np.mean(out.astype(np.float64) ** 2) == pytest.approx(np.mean(clean.astype(np.float64) ** 2), rel=1e-4)
     raw = Reverb(rir_files, normalize=False, where="w", sample_rate=RATE, frame_samples=400)
-    assert np.allclose(raw(clean, np.random.default_rng(0), {}), convolve_aligned(clean, rir_waves(1)[0]), atol=1e-6)
+    first = raw(clean, np.random.default_rng(0), {})
+    assert np.allclose(first, convolve_aligned(clean, rir_waves(1)[0]), atol=1e-6)
+    assert len(raw.spectra) == 1 and np.array_equal(raw(clean, np.random.default_rng(0), {}), first)  # cached
 
 
 def test_gain_scales_by_the_drawn_decibels():
@@ -166,8 +168,8 @@ def test_list_cache_is_bounded_per_process_and_not_pickled(tmp_path):
     files = AudioList(str(write_list(tmp_path, "noise", waves)), "w", "noise", RATE, 400, cache_mb=0.15)
     for index in (0, 1, 2, 0):
         assert np.array_equal(files.load(index), waves[index])
-    assert files._cached_bytes <= 150_000 and list(files._cache) == [2, 0]
+    assert files.cache.nbytes <= 150_000 and files.cache.keys() == [2, 0]
     assert files.load(0) is files.load(0)  # a hit
     assert not files.load(0).flags.writeable
     copy = pickle.loads(pickle.dumps(files))
-    assert copy._cached_bytes == 0 and not copy._cache and np.array_equal(copy.load(1), waves[1])
+    assert copy.cache.nbytes == 0 and not len(copy.cache) and np.array_equal(copy.load(1), waves[1])

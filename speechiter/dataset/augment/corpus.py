@@ -19,12 +19,11 @@ picks does not depend on the cache, only on the batch's generator: the cache
 changes the speed, never the batches.
 """
 import os
-import threading
-from collections import OrderedDict
 from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 
+from speechiter.dataset.augment.cache import ArrayCache
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2
 from speechiter.io.read import read_feat
@@ -49,7 +48,6 @@ class AudioList:
             raise ConfigError(where, f"expected an idx2 file of {kind} files or a list of them, got {files!r}")
         self.where, self.kind = where, kind
         self.sample_rate, self.min_samples = int(sample_rate), int(min_samples)
-        self.cache_bytes = int(cache_mb * 1e6)
         self.ids: List[str] = []
         self.values: List[str] = []
         for i, file in enumerate(files):
@@ -65,22 +63,7 @@ class AudioList:
             self.ids += ids
             self.values += [resolve_data_path(v, file) for v in values]
         self.sources = [os.fspath(f) for f in files]
-        self._init_cache()
-
-    def _init_cache(self):
-        self._cache: "OrderedDict[int, np.ndarray]" = OrderedDict()
-        self._cached_bytes = 0
-        self._lock = threading.Lock()
-
-    def __getstate__(self):  # workers start with an empty cache of their own
-        state = dict(self.__dict__)
-        for name in ("_cache", "_cached_bytes", "_lock"):
-            del state[name]
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._init_cache()
+        self.cache = ArrayCache(int(cache_mb * 1e6))
 
     def __len__(self):
         return len(self.ids)
@@ -92,20 +75,7 @@ class AudioList:
 
     def load(self, index: int) -> np.ndarray:
         """File ``index`` as float32 ``(T,)`` at the dataset's rate, checked (see NOTE [ Noise and RIR files ])."""
-        with self._lock:
-            wave = self._cache.get(index)
-            if wave is not None:
-                self._cache.move_to_end(index)
-                return wave
-        wave = self._read(index)
-        with self._lock:
-            if index not in self._cache and wave.nbytes <= self.cache_bytes:
-                self._cache[index] = wave
-                self._cached_bytes += wave.nbytes
-                while self._cached_bytes > self.cache_bytes:
-                    _, old = self._cache.popitem(last=False)
-                    self._cached_bytes -= old.nbytes
-        return wave
+        return self.cache.get(index, lambda: self._read(index))
 
     def _read(self, index: int) -> np.ndarray:
         value = self.values[index]

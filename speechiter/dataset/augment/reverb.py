@@ -30,11 +30,12 @@ workers) torch splits one transform across threads and its result changes in
 the last bits, so a batch would depend on the engine. numpy computes each
 transform in one thread, the same way everywhere.
 """
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
 from speechiter.checks import check_bool
+from speechiter.dataset.augment.cache import ArrayCache
 from speechiter.dataset.augment.corpus import CACHE_MB, AudioList
 from speechiter.dataset.augment.options import check_prob, fires
 
@@ -49,12 +50,13 @@ class Reverb:
         self.prob = check_prob(prob, f"{where}.prob")
         self.normalize = check_bool(normalize, f"{where}.normalize")
         self.files = AudioList(rir, f"{where}.rir", "RIR", sample_rate, frame_samples, cache_mb)
+        self.spectra = ArrayCache(SPECTRA_MB * 1e6)  # {(RIR id, n_fft): its scaled spectrum}
 
     def __call__(self, wave: np.ndarray, generator: np.random.Generator, applied: Dict[str, Any]) -> np.ndarray:
         if not fires(generator, self.prob):
             return wave
         name, rir = self.files.draw(generator)
-        out = convolve_aligned(wave, rir)
+        out = convolve_aligned(wave, rir, lambda n: self.spectra.get((name, n), lambda: spectrum(rir, n)))
         if self.normalize:
             before = np.einsum("tc,tc->c", wave, wave)  # no BLAS: see noise.power
             after = np.einsum("tc,tc->c", out, out)
@@ -64,13 +66,24 @@ class Reverb:
         return out
 
 
+#: RIR spectra kept per step and process (128 kB each for n_fft = 32k)
+SPECTRA_MB = 32
+
+
+def spectrum(rir: np.ndarray, n_fft: int) -> np.ndarray:
+    """The RIR's rfft at ``n_fft``, times ``sqrt(n_fft)`` (see NOTE [ Overlap-add convolution ] on norm)."""
+    return np.fft.rfft(rir, n=n_fft, norm="ortho") * np.float32(n_fft)
+
+
 def _pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 1).bit_length()
 
 
-def convolve_aligned(wave: np.ndarray, rir: np.ndarray) -> np.ndarray:
+def convolve_aligned(wave: np.ndarray, rir: np.ndarray,
+                     rir_spectrum: Optional[Callable[[int], np.ndarray]] = None) -> np.ndarray:
     """``full_convolution(wave, rir)[peak : peak + T]`` per channel, float32 ``(T, C)``, ``peak`` the
-    index of the RIR's largest absolute sample (see NOTE [ Overlap-add convolution ])."""
+    index of the RIR's largest absolute sample (see NOTE [ Overlap-add convolution ]). ``rir_spectrum(n_fft)``
+    gives :func:`spectrum` of ``rir`` (a cached one)."""
     length, channels = wave.shape
     size = rir.shape[0]
     peak = int(np.argmax(np.abs(rir)))
@@ -80,9 +93,9 @@ def convolve_aligned(wave: np.ndarray, rir: np.ndarray) -> np.ndarray:
     x = np.zeros((channels, count * block), dtype=np.float32)
     x[:, :length] = wave.T
     # X / sqrt(n) times H * sqrt(n), then irfft's 1 / n: see NOTE [ Overlap-add convolution ] on norm
-    spectrum = np.fft.rfft(x.reshape(channels, count, block), n=n_fft, axis=-1, norm="ortho")
-    spectrum *= np.fft.rfft(rir, n=n_fft, norm="ortho") * np.float32(n_fft)
-    blocks = np.fft.irfft(spectrum, n=n_fft, axis=-1)
+    product = np.fft.rfft(x.reshape(channels, count, block), n=n_fft, axis=-1, norm="ortho")
+    product *= spectrum(rir, n_fft) if rir_spectrum is None else rir_spectrum(n_fft)
+    blocks = np.fft.irfft(product, n=n_fft, axis=-1)
     full = np.zeros((channels, count + 1, block), dtype=np.float32)
     full[:, :count] = blocks[..., :block]
     full[:, 1:, :size - 1] += blocks[..., block:]
