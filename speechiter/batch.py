@@ -15,8 +15,19 @@ costs one shallow dict copy per batch (a few keys; see the micro-benchmark in
 tests/iterator/test_loop.py). A collate that returns something other than a dict (a
 tuple, a tensor) gets its batch back unchanged: attributes need a dict; read
 the ids from ``loader.plan`` then.
+
+# NOTE [ Per-row attributes ]
+A batch the workers made may carry, under :data:`ROWS_KEY`, attributes only
+they know: ``{"views": n, "meta": {name: [value per row]}}`` (the
+augmentation's applied record and view index, see
+speechiter/dataset/augment/record.py). :func:`attach` takes the key out,
+repeats the ids, group_info values and padding rows once per view
+(view-major, as the rows are) and adds the record's names to ``meta``.
 """
 from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+#: the key of a worker-made batch that holds its per-row attributes (NOTE [ Per-row attributes ])
+ROWS_KEY = "__rows__"
 
 
 class Batch(dict):
@@ -58,7 +69,17 @@ def attach(batch: Any, ids: List[str], group_info: Optional[Mapping[str, Mapping
     a non-dict batch comes back unchanged."""
     if not isinstance(batch, dict):
         return batch
-    return Batch(batch, ids, group_meta(group_info, ids), padding)
+    rows = None
+    if ROWS_KEY in batch:
+        batch = dict(batch)
+        rows = batch.pop(ROWS_KEY)
+        views = rows["views"]
+        ids = list(ids) * views
+        padding = None if padding is None else list(padding) * views
+    meta = group_meta(group_info, ids)
+    if rows is not None and rows["meta"]:
+        meta = {**(meta or {}), **rows["meta"]}
+    return Batch(batch, ids, meta, padding)
 
 
 def group_meta(group_info: Optional[Mapping[str, Mapping[str, str]]], ids: Sequence[str]) -> Optional[Dict]:

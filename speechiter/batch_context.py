@@ -18,6 +18,8 @@ process), what its code needs beyond the ids travels in one record,
   NOTE [ Reading a batch's URLs together ] in dataset/prefetch.py);
 - ``byte_reads``: the coalesced reads of the batch's byte-range values (see
   NOTE [ Coalesced reads ] in speechiter/io/coalesce.py);
+- ``decoded``: the files decoded for the batch, kept for its other views
+  (see NOTE [ Views ] in dataset/augment/views.py);
 - ``expected_lengths``: ``(LengthMap, files)`` of the waveform length file the
   decoded audio is checked against, set by the reader the engine builds with
   (see NOTE [ Length files are checked ] in dataset/length_check.py).
@@ -37,7 +39,7 @@ class BatchContext:
     """What the batch being built in this thread needs (see NOTE [ Batch context ])."""
 
     __slots__ = ("seed", "generator", "py_random", "np_random", "allocator", "reads", "byte_reads",
-                 "expected_lengths")
+                 "expected_lengths", "decoded")
 
     def __init__(self):
         self.seed: Optional[int] = None
@@ -48,6 +50,7 @@ class BatchContext:
         self.reads: Optional[dict] = None  # {value: [Future, ...]}
         self.byte_reads: Any = None  # speechiter.io.coalesce.BatchReads
         self.expected_lengths: Optional[tuple] = None  # (LengthMap, files)
+        self.decoded: Optional[dict] = None  # {value: decoded}, for views
 
     def __repr__(self):
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__

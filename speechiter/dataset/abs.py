@@ -22,6 +22,8 @@ import numpy as np
 from speechiter.checks import did_you_mean
 from speechiter.dataset.collate import check_same_keys, collate_values, odd_shape
 from speechiter.dataset.collate import pad_stack  # noqa: F401 (re-exported)
+from speechiter.dataset.augment.record import ROWS_KEY, rows_record, take_records
+from speechiter.dataset.augment.views import view_rows
 from speechiter.dataset.selection import select_ids, selection_rules
 from speechiter.errors import ConfigError, DataError
 from speechiter.ids import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
@@ -56,6 +58,8 @@ class Dataset:
     path_keys: Sequence[str] = ()
     #: options that name files, rooted and checked by build_iterators (see NOTE [ Path policy ] in paths.py)
     file_options = {"main_data": NAMED_FILES, "data_selection": SELECTION}
+    #: rows per utterance in a batch (see NOTE [ Views ] in augment/views.py)
+    views: int = 1
 
     def __init__(self, main_data: Dict[str, Union[str, List[str]]], data_selection=None, seed: int = 0,
                  **dataset_conf):
@@ -249,13 +253,17 @@ class Dataset:
 
     def get_batch(self, ids: Sequence[str]) -> Dict[str, Any]:
         """The collated batch of ``ids``. A batch that cannot be collated is
-        a DataError naming the utterance (and its file) that breaks it."""
-        items = [self[uid] for uid in ids]
-        check_same_keys(ids, items)
+        a DataError naming the utterance (and its file) that breaks it.
+        Rows that carry an applied record, or several views, tell the loader
+        under ``ROWS_KEY`` (NOTE [ The applied record ] in augment/record.py)."""
+        rows = view_rows(ids, self.views) if self.views > 1 else ids
+        items = [self[uid] for uid in rows]
+        records = take_records(items)
+        check_same_keys(rows, items)
         try:
-            return self.collate_fn(items)
+            batch = self.collate_fn(items)
         except DataError:
-            odd = odd_shape(ids, items)
+            odd = odd_shape(rows, items)
             if odd is None:
                 raise
             name, uid, shape, usual = odd
@@ -264,6 +272,9 @@ class Dataset:
             if name not in self.main_data:
                 raise DataError(f"utterance {uid}: {name} {problem}") from None
             raise self.data_error(name, uid, f"{self.main_data[name][uid]} {problem}") from None
+        if (records is not None or self.views > 1) and isinstance(batch, dict):
+            batch[ROWS_KEY] = rows_record(records, self.views, len(ids))
+        return batch
 
     def __repr__(self):
         return f"{type(self).__name__}({len(self)} utterances, data: {', '.join(self.main_data)})"

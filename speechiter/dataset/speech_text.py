@@ -25,6 +25,9 @@ import numpy as np
 from speechiter.batch_context import current_batch
 from speechiter.checks import check_bool, check_optional_int
 from speechiter.dataset.abs import Dataset
+from speechiter.dataset.augment import Augmentation
+from speechiter.dataset.augment.record import RECORD_KEY
+from speechiter.dataset.augment.views import decoded_once, decoding_once
 from speechiter.dataset.collate import collate_values, pad_stack
 from speechiter.dataset.length_check import length_problem
 from speechiter.dataset.prefetch import prepare, reading_together, take
@@ -73,6 +76,10 @@ class SpeechTextDataset(Dataset):
         allow_commands: run the piped commands in wav.scp / idx2wav that
             speechiter does not read natively (arbitrary shell: only for data
             you trust; NOTE [ Running commands ] in speechiter/io/commands.py).
+        augment: the augmentation chain (noise, reverb, gain after speed
+            perturbation; spec_augment on the log-mel frames), and
+        views: copies of each utterance per batch, each with its own draws;
+            see speechiter/dataset/augment/ and handbook.md "Augmentation".
     """
 
     path_keys = ("feat", "spk_feat")
@@ -82,7 +89,7 @@ class SpeechTextDataset(Dataset):
                         perturb_range: Sequence[float] = (0.9, 1.0, 1.1),
                         feat_conf: Union[dict, str, None] = None,
                         pitch_conf: Optional[dict] = None, use_g2p: bool = False, unk_mask_prob: float = 0.0,
-                        allow_commands: bool = False):
+                        allow_commands: bool = False, augment: Optional[list] = None, views: int = 1):
         unknown = [k for k in self.main_data if k not in KNOWN_KEYS]
         if unknown:
             raise ConfigError("main_data", f"unknown data name {unknown[0]!r}; SpeechTextDataset reads "
@@ -113,6 +120,9 @@ class SpeechTextDataset(Dataset):
         # pitch_conf: speechiter/dataset/pitch.py; use_g2p, unk_mask_prob: speechiter/text.py
         self.pitch = PitchExtractor.from_conf(pitch_conf, sample_rate, "feat" in self.main_data, feat_conf)
         self.text_transforms = TextTransforms.from_options(use_g2p, unk_mask_prob, "text" in self.main_data)
+        self.augment = Augmentation.from_conf(augment, views, sample_rate=self.read_rate, has_feat="feat" in
+                                              self.main_data, feat_extractor=self.feat_extractor)
+        self.views = self.augment.views if self.augment is not None else 1
 
     def _feat_extractor(self, conf: Optional[dict], sample_rate) -> Optional[LogMel]:
         if conf is None:
@@ -137,10 +147,11 @@ class SpeechTextDataset(Dataset):
     def batch_length_fn(self, length: float) -> float:
         """An utterance of ``length`` samples as batching budgets it: with
         ``feat_conf`` its frame count. Speed perturbation is left out, as
-        SpeeChain budgets the unperturbed length (see max_batch_length_fn)."""
+        SpeeChain budgets the unperturbed length (see max_batch_length_fn).
+        With ``views: N``, N times that (NOTE [ Views ] in augment/views.py)."""
         if self.feat_extractor is not None:
             length = self.feat_extractor.num_frames(length)
-        return length
+        return length * self.views if self.views > 1 else length
 
     def max_batch_length_fn(self, length: float) -> float:
         """The longest an utterance of ``length`` samples can become: with
@@ -151,13 +162,14 @@ class SpeechTextDataset(Dataset):
         return self.batch_length_fn(length)
 
     def extract_main_data_fn(self, main_data: Dict[str, str]) -> Dict[str, Any]:
-        # Random draws per utterance, in this order: speed factor, dither noise (both rng()).
+        # Random draws per row, in this order: speed factor, waveform augmentation, dither, spec_augment (rng()).
         uid = main_data.pop("id")
         item: Dict[str, Any] = {}
+        applied: Dict[str, Any] = {}  # NOTE [ The applied record ] in augment/record.py
         for key, value in main_data.items():
             if key == "feat":
-                item["feat"] = self._read_wave(uid, value)
-                if self.pitch is not None:  # f0 of the waveform read (and perturbed)
+                item["feat"] = self._read_wave(uid, value, applied)
+                if self.pitch is not None:  # f0 of the waveform read (perturbed and augmented)
                     item["pitch"] = self.pitch(item["feat"], uid)
             elif key == "spk_feat":
                 item["spk_feat"] = self._read(key, uid, read_stored, value)
@@ -171,9 +183,11 @@ class SpeechTextDataset(Dataset):
         if "duration" in item:
             item["duration"] = item["duration"].astype(np.float32)
         if "feat" in item and self.feat_extractor is not None:
-            item["feat"] = self._log_mel(uid, item["feat"])
+            item["feat"] = self._log_mel(uid, item["feat"], applied)
         if self.text_transforms is not None:  # use_g2p, then unk_mask_prob
             self.text_transforms(uid, item)
+        if self.augment is not None and self.augment.records:
+            item[RECORD_KEY] = applied
         return item
 
     def _read(self, key: str, uid: str, reader, *args):
@@ -183,8 +197,8 @@ class SpeechTextDataset(Dataset):
             raise self.data_error(key, uid, redact(e)) from None
 
     def get_batch(self, ids: Sequence[str]) -> Dict[str, Any]:
-        with reading_together(self.main_data.get("feat"), ids, self._read_speech):  # prefetch.py
-            return super().get_batch(ids)
+        with reading_together(self.main_data.get("feat"), ids, self._read_speech), decoding_once(self.views):
+            return super().get_batch(ids)  # reads: prefetch.py; views: augment/views.py
 
     def prepare_batch(self, ids: Sequence[str]) -> None:
         prepare(self.main_data.get("feat"), ids, self._read_speech)  # NOTE [ Reading ahead ] in prefetch.py
@@ -192,9 +206,9 @@ class SpeechTextDataset(Dataset):
     def _read_speech(self, value: str):
         return read_speech(value, self.read_rate, self.allow_commands)
 
-    def _read_wave(self, uid: str, value: str) -> np.ndarray:
-        """Decoded (resampled to ``read_rate``) and speed-perturbed."""
-        feat, _ = self._read("feat", uid, take, value, self._read_speech)
+    def _read_wave(self, uid: str, value: str, applied: Dict[str, Any]) -> np.ndarray:
+        """Decoded (resampled to ``read_rate``), speed-perturbed and augmented."""
+        feat, _ = decoded_once(value, lambda: self._read("feat", uid, take, value, self._read_speech))
         expected = current_batch().expected_lengths  # NOTE [ Length files are checked ] in length_check.py
         if expected is not None:
             problem = length_problem(*expected, uid, value, feat.shape[0])
@@ -203,15 +217,18 @@ class SpeechTextDataset(Dataset):
         if self.use_speed_perturb:
             factor = self.perturb_range[int(rng().integers(len(self.perturb_range)))]
             feat = speed_perturb(feat, factor)
+        if self.augment is not None:
+            feat = self.augment.waveform(feat, applied)
         return feat
 
-    def _log_mel(self, uid: str, feat: np.ndarray) -> np.ndarray:
+    def _log_mel(self, uid: str, feat: np.ndarray, applied: Dict[str, Any]) -> np.ndarray:
         if feat.shape[1] != 1:
             raise self.data_error("feat", uid, f"feat_conf needs mono waveforms, got {feat.shape[1]} channels")
         if feat.shape[0] < self.feat_extractor.window_size:
             raise self.data_error("feat", uid, f"{feat.shape[0]} samples is shorter than one frame "
                                                f"({self.feat_extractor.window_size} samples)")
-        return self.feat_extractor(feat, rng() if self.feat_extractor.dither else None)
+        feat = self.feat_extractor(feat, rng() if self.feat_extractor.dither else None)
+        return self.augment.features(feat, applied) if self.augment is not None else feat
 
     def _trim_spaces(self, uid: str, item: Dict[str, Any]):
         """SpeeChain's silence trim: a token list that starts or ends with

@@ -1,0 +1,47 @@
+"""Views: several augmented copies of each utterance in one batch.
+
+# NOTE [ Views ]
+With ``views: N`` a batch of the ids ``[a, b]`` has N x 2 rows, view-major:
+``[a, b, a, b]`` for N = 2, so ``feat[:B]`` is the first view of every
+utterance and ``feat[B:2B]`` the second, as contrastive and consistency losses
+slice them. ``batch.ids`` repeats the ids the same way and ``batch.meta["view"]``
+gives each row's view (0 .. N-1). Each row is built on its own: its own speed
+factor, augmentation draws, dither and text draws, in row order, all from the
+batch's generator. A file is decoded once per batch, whatever N
+(:func:`decoded_once`). Batching budgets each utterance N times (its N rows),
+so ``batch_len`` still bounds the padded batch.
+"""
+import contextlib
+from typing import Callable, Iterator, List, Sequence
+
+from speechiter.batch_context import current_batch
+
+
+def view_rows(ids: Sequence[str], views: int) -> List[str]:
+    """The rows of a batch of ``ids``: the ids ``views`` times, view-major (NOTE [ Views ])."""
+    return list(ids) * views
+
+
+@contextlib.contextmanager
+def decoding_once(views: int) -> Iterator[None]:
+    """While a batch with several views is built, :func:`decoded_once` keeps each decoded file."""
+    context = current_batch()
+    if views < 2 or context.decoded is not None:
+        yield
+        return
+    context.decoded = {}
+    try:
+        yield
+    finally:
+        context.decoded = None
+
+
+def decoded_once(value: str, read: Callable[[], object]) -> object:
+    """``read()``, or its result from this batch's first read of ``value`` (see :func:`decoding_once`).
+    The result is shared by the views: the code after it must not change it in place."""
+    decoded = current_batch().decoded
+    if decoded is None:
+        return read()
+    if value not in decoded:
+        decoded[value] = read()
+    return decoded[value]
