@@ -159,7 +159,7 @@ class Idx2Files:
         if lengths:
             for table, values in zip(self.tables, parts):
                 check_lengths(table.path, table.ids, values)
-        values = np.concatenate(parts)
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts)  # one file: no copy (maybe mapped)
         return values if self._rows is None else values[self._rows]
 
 

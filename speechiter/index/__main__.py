@@ -10,25 +10,12 @@ folder is --cache_dir, else $SPEECHITER_INDEX_DIR, else ~/.cache/speechiter/inde
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
+from collections import Counter
+from unittest import mock
 
 from speechiter.importers.command import Parser, run_main
-
-
-@contextlib.contextmanager
-def _environment(**values):
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update({name: value for name, value in values.items() if value is not None})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _iterators(built):
@@ -47,26 +34,25 @@ def _index(args) -> dict:
 
     if args.world_size < 1:
         raise DataError(f"--world_size should be a positive integer, but got {args.world_size}")
-    with _environment(SPEECHITER_INDEX_DIR=args.cache_dir, SPEECHITER_INDEX_MIN_ROWS="0", SPEECHITER_INDEX="1"):
+    settings = {"SPEECHITER_INDEX_MIN_ROWS": "0", "SPEECHITER_INDEX": "1"}
+    if args.cache_dir:
+        settings["SPEECHITER_INDEX_DIR"] = args.cache_dir
+    with mock.patch.dict(os.environ, settings):  # this process's settings, restored after
         args.out_dir = store.cache_dir()
         before = _entries(args.out_dir)
         try:
             config = load_config(args.recipe, args.set)
             for rank in range(args.world_size):
-                settings = ({"rank": rank, "world_size": args.world_size, "ngpu": args.world_size}
-                            if args.world_size > 1 else {})
-                built = build_iterators(config, num_workers=0, groups=args.group or None, engine="inline",
-                                        **settings)
+                ranks = ({"rank": rank, "world_size": args.world_size, "ngpu": args.world_size}
+                         if args.world_size > 1 else {})
+                built = build_iterators(config, num_workers=0, groups=args.group or None, engine="inline", **ranks)
                 for iterator in _iterators(built):
                     iterator.close()
         except ConfigError as e:
             raise DataError(str(e)) from None
         after = _entries(args.out_dir)
-    kinds = {}
-    for name in after:
-        kinds[name.rsplit(".", 1)[-1]] = kinds.get(name.rsplit(".", 1)[-1], 0) + 1
-    new = len(after - before)
-    return {**{f"{kind} entries": count for kind, count in sorted(kinds.items())}, "new": new}
+    kinds = Counter(name.rsplit(".", 1)[-1] for name in after)
+    return {**{f"{kind} entries": count for kind, count in sorted(kinds.items())}, "new": len(after - before)}
 
 
 def _entries(folder: str) -> set:
