@@ -151,7 +151,9 @@ def bench(workdir: Path, num: int, ranks: int, parse_ranks: bool):
                       f"{mb(r['planned_uss']):>11} | {mb(r['uss_all'] - r['base_uss']):>7} | "
                       f"{mb(r['pss_all'] - r['base_uss']):>7} | {mb(r['anon'] - r['base_anon']):>7} | "
                       f"{r['batches']}")
-        same = not parsed or [a["fingerprint"] for a in results] == [b["fingerprint"] for b in parsed]
+        if not parsed:
+            return
+        same = [a["fingerprint"] for a in results] == [b["fingerprint"] for b in parsed]
         print(f"rank views with and without the cache: {'identical' if same else 'DIFFER'}")
 
 
