@@ -54,11 +54,12 @@ def decode_ids(array: np.ndarray) -> List[str]:
 
 
 class IdIndex:
-    """Ids in a fixed order (row i is ``ids[i]``) with lookup by binary search."""
+    """Ids in a fixed order (row i is ``ids[i]``) with lookup by binary search.
+    ``ids_sorted``: True where the ids are known to be in id order (saves the check)."""
 
-    def __init__(self, ids: np.ndarray):
+    def __init__(self, ids: np.ndarray, ids_sorted: Optional[bool] = None):
         self.ids = ids
-        self._sorted = None
+        self._sorted = (ids, None) if ids_sorted else None
 
     def __len__(self):
         return len(self.ids)
@@ -148,11 +149,12 @@ class IdList(Sequence):
 
 class SortedIds(IdList):
     """The sorted ids handed to a built-in ``batches_generate_fn``, with their
-    lengths (float64, aligned) or None."""
+    lengths (float64, aligned) or None; ``digest``: the plan cache's key of
+    the sort when it came from there (speechiter/index/sorting.py), else None."""
 
-    def __init__(self, array: np.ndarray, lengths: Optional[np.ndarray]):
+    def __init__(self, array: np.ndarray, lengths: Optional[np.ndarray], digest: Optional[str] = None):
         super().__init__(array)
-        self.lengths = lengths
+        self.lengths, self.digest = lengths, digest
 
 
 # ------------------------------------------------------------ value columns

@@ -98,7 +98,7 @@ class Dataset:
         if not files:
             raise ConfigError(f"main_data.{key}", "expected an idx2 file or a list of them, got an empty list")
         merged = read_idx2_files(files, key, on_duplicate="last")
-        column = Column(IdIndex(merged.ids), merged.buffers, merged.starts, merged.ends, merged.file_no,
+        column = Column(IdIndex(merged.ids, merged.ids_sorted), merged.buffers, merged.starts, merged.ends, merged.file_no,
                         merged.files, key in self.path_keys)
         return merged.files, column
 
@@ -111,7 +111,7 @@ class Dataset:
         present = np.ones(len(ids), dtype=bool)
         for key in keys[1:]:
             present &= self.main_data[key].index.find(ids) >= 0
-        common = ids[present]
+        common = ids if present.all() else ids[present]  # the same array when nothing is dropped: no copy
         sizes = {k: len(d) for k, d in self.main_data.items()}
         if any(size > len(common) for size in sizes.values()):
             total = len(np.unique(np.concatenate([self.main_data[k].index.ids for k in keys])))
@@ -128,6 +128,9 @@ class Dataset:
         """Make ``ids`` the dataset's index; every column follows its order."""
         index = IdIndex(ids)
         for key, column in self.main_data.items():
+            if column.index.ids is ids:
+                column.index = index
+                continue
             rows = column.index.find(ids)
             if len(rows) != len(column) or not np.array_equal(rows, np.arange(len(rows))):
                 column = column.take(rows, index)

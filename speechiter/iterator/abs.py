@@ -23,6 +23,7 @@ from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import ConfigError, DataError
 from speechiter.fingerprints import view_fingerprint
 from speechiter.ids import Column, SortedIds
+from speechiter.index.views import planned_view  # See NOTE [ Plan cache ] in speechiter/index/__init__.py
 from speechiter.iterator.distributed import resolve_rank, share_view
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
 from speechiter.iterator.shuffle import EpochShuffle
@@ -132,7 +133,7 @@ class Iterator:
         self.data_len: Optional[Mapping[str, float]] = (lengths if lengths is None or is_vectorised(self)
                                                         else lengths.to_dict())
         sorted_ids = sort_ids(self.dataset.get_data_index(), lengths, plan.is_descending)
-        self._set_view(self._distribute(self._generate_view(sorted_ids, plan.iter_conf)))
+        self._set_view(planned_view(self, sorted_ids, plan.iter_conf))  # _distribute(_generate_view()), or cached
         check_plan_size(plan.batches_per_epoch, self._view)
 
     def _generate_view(self, sorted_ids: SortedIds, iter_conf: dict) -> BatchView:

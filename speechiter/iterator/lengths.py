@@ -15,6 +15,7 @@ from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.ids import Column, IdIndex, IdList, LengthMap, SortedIds, encode_ids
 from speechiter.idx2 import check_lengths, read_idx2_files
+from speechiter.index.sorting import sorted_by_length
 
 Files = Union[str, List[str]]
 ExpectedLengths = Tuple[LengthMap, List[str]]  # a waveform length file's lengths as read, and its files
@@ -42,6 +43,8 @@ def load_lengths(dataset: Dataset, data_len: Optional[Files], longest: bool = Fa
         files = [data_len] if isinstance(data_len, str) else list(data_len)
         merged = read_idx2_files(files, "data_len", on_duplicate="last")  # a later file wins (SpeeChain)
         file_ids, file_values = merged.ids, merged.numbers(lengths=True)
+        if file_ids is ids or (len(file_ids) == len(ids) and np.array_equal(file_ids, ids)):  # the usual case: no copy
+            return _lengths(dataset, ids, file_values, files, longest)
         rows = IdIndex(file_ids).find(ids)
         missing = rows < 0
         if missing.any():
@@ -52,9 +55,13 @@ def load_lengths(dataset: Dataset, data_len: Optional[Files], longest: bool = Fa
                 raise DataError(f"no utterance of the dataset has a length in {', '.join(files)}")
             dataset.keep_only(ids[~missing])
             ids, rows = dataset.id_array(), rows[~missing]
-        values = file_values[rows]
-        expected = (LengthMap(IdIndex(ids), values), files) if length_check.checked(files) else None
-    return LengthMap(IdIndex(ids), batch_lengths(dataset, values, longest)), expected
+        return _lengths(dataset, ids, file_values[rows], files, longest)
+
+
+def _lengths(dataset: Dataset, ids: np.ndarray, values: np.ndarray, files: List[str], longest: bool):
+    index = IdIndex(ids)
+    expected = (LengthMap(index, values), files) if length_check.checked(files) else None
+    return LengthMap(index, batch_lengths(dataset, values, longest)), expected
 
 
 def length_hook(dataset: Dataset, longest: bool = False):
@@ -90,7 +97,7 @@ def batch_lengths(dataset: Dataset, values: np.ndarray, longest: bool = False) -
         if out.shape == values.shape:
             expected = np.array([one(v) for v in values[rows].tolist()], dtype=np.float64)
             if np.array_equal(out[rows], expected):
-                return out
+                return values if np.array_equal(out, values) else out  # unchanged: keep the (mapped) input
     except Exception:  # noqa: BLE001 - a hook that is not element-wise; call it per value
         pass
     distinct, inverse = np.unique(values, return_inverse=True)
@@ -136,7 +143,7 @@ def sort_ids(ids: Sequence[str], lengths: Optional[LengthMap], is_descending: Op
     array = encode_ids(ids)
     if lengths is None:
         return SortedIds(array, None)
-    if np.array_equal(lengths.index.ids, array):
+    if lengths.index.ids is array or np.array_equal(lengths.index.ids, array):
         values = lengths.values
     else:  # a dataset whose get_data_index differs from its id order
         rows = lengths.index.find(array)
@@ -144,6 +151,9 @@ def sort_ids(ids: Sequence[str], lengths: Optional[LengthMap], is_descending: Op
             raise KeyError(array[int(np.argmax(rows < 0))].decode("utf-8"))
         values = lengths.values[rows]
     if is_descending is not None:
+        cached = sorted_by_length(array, values, is_descending, lambda: _length_order(array, values, is_descending))
+        if cached is not None:  # See NOTE [ Plan cache ] in speechiter/index/__init__.py
+            return SortedIds(*cached)
         order = _length_order(array, values, is_descending)
         array, values = array[order], values[order]
     return SortedIds(array, values)
