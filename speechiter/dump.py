@@ -6,6 +6,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from speechiter.batch import Batch
 from speechiter.structure import is_tensor
 from speechiter.user_files import open_output
 
@@ -61,7 +62,8 @@ def rank_path(path: str, rank: int) -> str:
 
 
 class DumpWriter:
-    """Writes one JSON object per loaded batch, in the order consumed (``--dump_batches``)."""
+    """Writes one JSON object per loaded batch, in the order consumed (``--dump_batches``); a batch with
+    padding rows (distributed evaluation, ``batch.is_padding``) also gets ``"padding": [one bool per id]``."""
 
     def __init__(self, path: str, rank: int = 0, distributed: bool = False, append: bool = False):
         self.path = rank_path(path, rank) if distributed else path
@@ -72,6 +74,9 @@ class DumpWriter:
               ids: List[str], batch: Any):
         record = {"group": group, "set": set_name, "iterator": iterator, "epoch": epoch, "step": step,
                   "rank": self.rank, "ids": list(ids), "checksum": checksum(batch)}
+        padding = batch.is_padding if isinstance(batch, Batch) else None
+        if padding and any(padding):  # only under distributed evaluation, so other records keep their form
+            record["padding"] = list(padding)
         self.file.write(json.dumps(record) + "\n")
 
     def close(self):
