@@ -190,7 +190,8 @@ class PathPolicy:
         rooted = self.rooted(value)
         if rooted is not None:
             looked = f"$SPEECHAIN_ROOT={self.root}" + (f" and {cwd}" if recipe else "")
-        elif self.folder is not None and not recipe and ("/" in value or "." in value):
+        elif self.folder is not None and not recipe and ("/" in value or "." in value) \
+                and not (self.root and value.startswith(".")):  # see value()
             looked = f"the YAML file's folder {self.folder} and {cwd}"
         else:
             looked = cwd

@@ -139,6 +139,7 @@ def test_a_missing_relative_path_says_where_it_was_looked_for(tmp_path, monkeypa
     assert PathPolicy(recipe, "/sc").tried("recipes/x.yaml", recipe=True) == (
         f" (looked in $SPEECHAIN_ROOT=/sc and the current folder {tmp_path})")
     assert PathPolicy(recipe).tried("s3://bucket/x") == ""
+    assert PathPolicy(recipe, "/sc").tried("./x") == f" (looked in the current folder {tmp_path})"
 
 
 def test_presets_are_found_from_any_folder_without_a_warning(tmp_path, monkeypatch, capsys):
