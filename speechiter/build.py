@@ -9,6 +9,8 @@ every error with its YAML path.
 """
 import contextlib
 import inspect
+import os
+import sys
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from speechiter.config import config_dir, iter_specs, iterator_label
@@ -17,7 +19,7 @@ from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.group import IteratorGroup
 from speechiter.iterator.abs import Iterator
-from speechiter.paths import PathPolicy, check_files, file_options
+from speechiter.paths import PathPolicy, file_options
 from speechiter.registry import check_keywords, resolve_class
 
 # Iterator parameters the run supplies; a data_cfg conf may still set them.
@@ -49,19 +51,60 @@ def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[
     if "ngpu" in exp:
         settings.setdefault("ngpu", exp["ngpu"])
     result: Dict[str, Any] = {}
+    found_here: list = []  # paths read from the current folder, reported once
+    most_workers: Optional[Tuple[int, str]] = None
     try:
         for spec in iter_specs(data_cfg):
             if groups is not None and spec.group not in groups:
                 continue
-            workers = exp.get(f"{spec.group}_num_workers", exp.get("num_workers", 1)) if num_workers is None \
-                else num_workers
+            workers, source = group_workers(data_cfg, spec.group, num_workers)
+            most_workers = max(most_workers or (workers, source), (workers, source), key=lambda w: w[0])
             runtime = dict(settings, seed=seed, num_workers=workers, evaluation=spec.group != "train")
-            iterator = build_one(spec, runtime, paths)
+            iterator = build_one(spec, runtime, paths, found_here)
             _place(result, spec, iterator)
     except BaseException:
         close_all(result)
         raise
+    paths.warn_found_here(found_here)
+    if most_workers is not None and _in_processes(settings):
+        warn_more_workers_than_cpus(*most_workers)
     return result
+
+
+def group_workers(data_cfg, group: str, num_workers: Optional[int]) -> Tuple[int, str]:
+    """The workers of ``group``'s iterators and what set them: ``num_workers`` when given, else the
+    exp_cfg's ``<group>_num_workers`` or ``num_workers``, else 1."""
+    if num_workers is not None:
+        return num_workers, f"num_workers={num_workers}"
+    exp = getattr(data_cfg, "settings", {})
+    files = getattr(data_cfg, "setting_files", {})
+    for key in (f"{group}_num_workers", "num_workers"):
+        if key in exp:
+            return exp[key], f"{key}: {exp[key]} from exp_cfg {files.get(key, getattr(data_cfg, 'source', ''))}"
+    return 1, "num_workers=1"
+
+
+def warn_more_workers_than_cpus(workers: int, source: str) -> None:
+    """One line on stderr when a group's loading workers outnumber the CPUs this process may use
+    (the count stays: fewer may be slower, and the batches are the same for any count)."""
+    cpus = available_cpus()
+    if workers > cpus:
+        print(f"speechiter: warning: {workers} loading workers ({source}) on {cpus} CPUs; "
+              f"--num_workers {cpus} or fewer may load as fast", file=sys.stderr)
+
+
+def _in_processes(settings: Dict[str, Any]) -> bool:
+    """Whether the run's workers are processes (threads waiting on storage may well outnumber the CPUs)."""
+    engine = settings.get("engine", "msequence")
+    return engine == "torch" or engine == "msequence" and settings.get("thread_type", "proc") == "proc"
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
 
 
 def recipe_paths(data_cfg) -> PathPolicy:
@@ -70,14 +113,15 @@ def recipe_paths(data_cfg) -> PathPolicy:
     return paths if paths is not None else PathPolicy.from_environment(config_dir(data_cfg))
 
 
-def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy, inner: bool = False) -> Iterator:
+def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy, found_here: Optional[list] = None,
+              inner: bool = False) -> Iterator:
     extra_dirs = paths.code_dirs()
     cls = resolve_class("iterator", spec.type, f"{spec.path}.type", base=Iterator, extra_dirs=extra_dirs)
     if getattr(cls, "nested_option", None):
         if inner:
             raise ConfigError(f"{spec.path}.type", "a mix inside a mix is not supported: list its corpora in the "
                                                    "outer mix, with their weights multiplied")
-        return build_nested(cls, spec, runtime, paths)
+        return build_nested(cls, spec, runtime, paths, found_here)
     conf_path = f"{spec.path}.conf"
     conf = spec.conf
     if "dataset_type" not in conf:
@@ -94,15 +138,15 @@ def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy, inner: bool = Fa
     iter_files = file_options(cls)
     dataset_files = file_options(dataset_cls)
     iter_options = paths.options({k: v for k, v in conf.items() if k not in ("dataset_type", "dataset_conf")},
-                                 iter_files, conf_path)
-    dataset_conf = paths.options(dataset_conf, dataset_files, f"{conf_path}.dataset_conf")
+                                 iter_files, conf_path, found_here)
+    dataset_conf = paths.options(dataset_conf, dataset_files, f"{conf_path}.dataset_conf", found_here)
     check_keywords(iter_options, [_without(cls.__init__, "self", "dataset_type", "dataset_conf", "name"),
                                   _without(cls.batches_generate_fn, "self", "data_index", "data_len")],
                    conf_path)
     check_keywords(dataset_conf, [_without(dataset_cls.__init__, "self"), _without(dataset_cls.dataset_init_fn, "self")],
                    f"{conf_path}.dataset_conf")
-    check_files(dataset_conf, dataset_files, f"{conf_path}.dataset_conf")
-    check_files(iter_options, iter_files, conf_path)
+    paths.check_files(dataset_conf, dataset_files, f"{conf_path}.dataset_conf")
+    paths.check_files(iter_options, iter_files, conf_path)
 
     dataset_conf.setdefault("seed", runtime.get("seed", 0))
     kwargs = {**runtime, **iter_options}
@@ -111,7 +155,7 @@ def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy, inner: bool = Fa
                    name=spec.label, **kwargs)
 
 
-def build_nested(cls, spec, runtime: Dict[str, Any], paths: PathPolicy) -> Iterator:
+def build_nested(cls, spec, runtime: Dict[str, Any], paths: PathPolicy, found_here: Optional[list]) -> Iterator:
     """An iterator whose conf holds named iterators (``mix.MixIterator``'s ``iterators``): each is built as
     an ordinary iterator with the run's settings (and those the outer conf sets), then the outer one."""
     conf_path, key = f"{spec.path}.conf", cls.nested_option
@@ -122,7 +166,7 @@ def build_nested(cls, spec, runtime: Dict[str, Any], paths: PathPolicy) -> Itera
     try:
         for name, inner in nested_specs(spec, key):
             try:
-                built[name] = build_one(inner, inner_runtime, paths, inner=True)
+                built[name] = build_one(inner, inner_runtime, paths, found_here, inner=True)
             except DataError as e:  # an empty or unreadable corpus: say which of the mix
                 raise DataError(f"{inner.path}: {e}") from e
         with _prefixed_errors(conf_path):

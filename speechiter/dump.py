@@ -6,6 +6,7 @@ from typing import Any, List, Optional
 
 import numpy as np
 
+from speechiter.batch import Batch
 from speechiter.structure import is_tensor
 from speechiter.user_files import open_output
 
@@ -62,7 +63,8 @@ def rank_path(path: str, rank: int) -> str:
 
 class DumpWriter:
     """Writes one JSON object per loaded batch, in the order consumed (``--dump_batches``); a mixed
-    iterator's batch also records its corpus as ``source``."""
+    iterator's batch also records its corpus as ``source``, and a batch with padding rows (distributed
+    evaluation, ``batch.is_padding``) gets ``"padding": [one bool per id]``."""
 
     def __init__(self, path: str, rank: int = 0, distributed: bool = False, append: bool = False):
         self.path = rank_path(path, rank) if distributed else path
@@ -76,6 +78,9 @@ class DumpWriter:
         source = getattr(batch, "source", None)
         if source is not None:  # a mixed iterator's batch: its corpus (speechiter/iterator/mix.py)
             record["source"] = source
+        padding = batch.is_padding if isinstance(batch, Batch) else None
+        if padding and any(padding):  # only under distributed evaluation, so other records keep their form
+            record["padding"] = list(padding)
         self.file.write(json.dumps(record) + "\n")
 
     def close(self):

@@ -1,33 +1,27 @@
-"""Where a path points: one policy per recipe, and the rule for idx2 data values.
+"""Where a path points: one policy per recipe, and the explanation when a path is missing.
 
 :class:`PathPolicy` is made once per recipe (``load_config`` keeps it as
 ``DataConfig.paths``) and used by the config loader, ``build_iterators`` and
 the feature presets; see NOTE [ Path policy ]. A Dataset or Iterator declares
 which of its options are files with ``file_options`` (see :func:`file_options`).
-
-A data value is a file path, relative to the idx2 file's folder or absolute,
-or a URL (``s3://``, ``gs://``, ``http(s)://``; see :mod:`speechiter.io.storage`),
-optionally naming an entry of a chunk file: ``chunk_000.hdf5:<key>``,
-``feats.npz:<key>``, and optionally ending in a time range ``#t=<start>,<end>``
-(see NOTE [ Segment values ] in speechiter/io/source.py). Values of a main_data
-file named ``segments`` are Kaldi segments (see NOTE [ Kaldi segments ]).
+Values inside idx2 files follow speechiter/data_paths.py (its names are
+re-exported here).
 """
 from __future__ import annotations
 
 import os
-import stat
-import warnings
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
-from speechiter.errors import ConfigError, DataError
-from speechiter.io.kaldi_segments import is_kaldi_segments, kaldi_segment_value
+from speechiter.data_paths import check_data_file, check_regular_file, resolve_data_path
+from speechiter.errors import ConfigError
 from speechiter.io.source import split_chunk_key
 from speechiter.io.storage import is_url
 
 __all__ = ["PathPolicy", "speechain_root_path", "file_options", "FILES", "NAMED_FILES", "SELECTION", "YAML_FILE",
-           "PRESETS_DIR", "find_preset", "is_preset",
+           "PRESETS_DIR", "find_preset", "is_preset", "check_files",
            "split_chunk_key", "resolve_data_path", "check_data_file", "check_regular_file"]
 
 PathLike = Union[str, os.PathLike]
@@ -42,7 +36,9 @@ PathLike = Union[str, os.PathLike]
 #   any other option value naming a file        the YAML file's folder; else, if only the current folder has
 #                                               it, the current folder with a warning (never silently)
 #   a feat_conf YAML file                       as above, then the shipped presets (config/feat/..., feat/...)
-#   a value inside an idx2 file                 the idx2 file's folder (resolve_data_path)
+#   a value inside an idx2 file                 the idx2 file's folder (resolve_data_path in data_paths.py)
+# A path not found says where it was looked for (PathPolicy.tried); one found only from the current folder
+# is reported once per build_iterators, in one line (PathPolicy.warn_found_here).
 # $SPEECHAIN_ROOT (SpeeChain's parse_path_args) applies to a relative path that does not start with '.': with
 # the root set, ./x and ../x name the current folder. User modules (file.Class) are imported from sys.path,
 # then from the YAML file's folder (PathPolicy.code_dirs; see speechiter/registry.py).
@@ -110,14 +106,15 @@ class PathPolicy:
             raise ConfigError("data_cfg", f"{value!r} ({rule}): {target} {what}")
         return target
 
-    def options(self, conf: Dict[str, Any], declared: Mapping[str, str], where: str) -> Dict[str, Any]:
+    def options(self, conf: Dict[str, Any], declared: Mapping[str, str], where: str,
+                found_here: Optional[list] = None) -> Dict[str, Any]:
         """``conf`` (a class's options) with its paths resolved: the ``declared`` file options joined to
         $SPEECHAIN_ROOT, then every value against the YAML file's folder (see :meth:`value`)."""
         conf = dict(conf)
         for key, shape in declared.items():
             if conf.get(key) is not None:
                 conf[key] = self._rooted_option(conf[key], shape, f"{where}.{key}")
-        return {key: self.value(value, f"{where}.{key}") for key, value in conf.items()}
+        return {key: self.value(value, f"{where}.{key}", found_here) for key, value in conf.items()}
 
     def _rooted_option(self, value, shape: str, where: str):
         if shape == NAMED_FILES:
@@ -147,15 +144,17 @@ class PathPolicy:
                                      f"{self.root}; write ./{value} for the current folder)")
         return path
 
-    def value(self, value, where: str = ""):
+    def value(self, value, where: str = "", found_here: Optional[list] = None):
         """A relative path (a string with '/' or '.') in the YAML file's folder, when there; one found only
-        from the current folder is used with a warning naming both folders (SpeeChain recipes run from the
-        toolkit root without $SPEECHAIN_ROOT rely on it); never silently, so that a copy of the corpus
-        beside the current folder cannot replace the recipe's. Mappings and lists are walked."""
+        from the current folder is used, never silently, so that a copy of the corpus beside the current
+        folder cannot replace the recipe's (SpeeChain recipes run from the toolkit root without
+        $SPEECHAIN_ROOT rely on it): its ``(where, value)`` is added to ``found_here``, which the caller
+        reports once (:meth:`warn_found_here`); without that list, it is reported at once. Mappings and
+        lists are walked."""
         if isinstance(value, dict):
-            return {k: self.value(v, f"{where}.{k}") for k, v in value.items()}
+            return {k: self.value(v, f"{where}.{k}", found_here) for k, v in value.items()}
         if isinstance(value, list):
-            return [self.value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+            return [self.value(v, f"{where}[{i}]", found_here) for i, v in enumerate(value)]
         folder = self.folder
         if isinstance(value, str) and folder is not None and not os.path.isabs(value) and ("/" in value or "." in value):
             if self.root and value.startswith("."):
@@ -164,29 +163,76 @@ class PathPolicy:
             if (folder / file).exists():
                 return str(folder / value)
             if os.path.exists(file) and not is_preset(file):  # presets: found wherever the run starts
-                warnings.warn(f"{where.lstrip('.')}: {value!r} is not in the YAML file's folder ({folder}); using "
-                              f"{os.path.abspath(file)} from the current folder", stacklevel=3)
+                if found_here is None:
+                    self.warn_found_here([(where, value)])
+                else:
+                    found_here.append((where, value))
         return value
 
+    def warn_found_here(self, found: list) -> None:
+        """One line on stderr for the ``(where, value)`` paths found only from the current folder."""
+        if not found:
+            return
+        first = f"{found[0][0].lstrip('.')}: {found[0][1]!r}"
+        what = f"{len(found)} paths (first {first}) are" if len(found) > 1 else f"{first} is"
+        cwd = os.getcwd()
+        hint = (f"; export SPEECHAIN_ROOT={cwd} to read them from there by SpeeChain's rule"
+                if not self.root and any(_speechain_shaped(v) for _, v in found) else "")
+        print(f"speechiter: warning: {what} not in the YAML file's folder ({self.folder}); read from the "
+              f"current folder ({cwd}){hint}", file=sys.stderr)
 
-def check_files(conf: Dict[str, Any], declared: Mapping[str, str], where: str) -> None:
+    def tried(self, value: str, recipe: bool = False) -> str:
+        """Why the relative path ``value`` was not found: the folders looked in and, for a path shaped like
+        a SpeeChain recipe's, what sets them right. ``recipe``: ``value`` names the recipe file."""
+        if os.path.isabs(value) or is_url(value):
+            return ""
+        cwd = f"the current folder {os.getcwd()}"
+        rooted = self.rooted(value)
+        if rooted is not None:
+            looked = f"$SPEECHAIN_ROOT={self.root}" + (f" and {cwd}" if recipe else "")
+        elif self.folder is not None and not recipe and ("/" in value or "." in value) \
+                and not (self.root and value.startswith(".")):  # see value()
+            looked = f"the YAML file's folder {self.folder} and {cwd}"
+        else:
+            looked = cwd
+        hint = ("; a SpeeChain recipe names its files from the SpeeChain folder: "
+                "export SPEECHAIN_ROOT=/path/to/SpeeChain" if not self.root and _speechain_shaped(value) else "")
+        return f" (looked in {looked}){hint}"
+
+    def check_files(self, conf: Dict[str, Any], declared: Mapping[str, str], where: str) -> None:
+        """:func:`check_files`, a missing relative file explained by :meth:`tried`."""
+        check_files(conf, declared, where, self.tried)
+
+
+#: how a SpeeChain recipe's relative paths start (they are meant relative to $SPEECHAIN_ROOT)
+SPEECHAIN_PREFIXES = ("datasets/", "recipes/")
+
+
+def _speechain_shaped(value: str) -> bool:
+    return isinstance(value, str) and value.startswith(SPEECHAIN_PREFIXES)
+
+
+def check_files(conf: Dict[str, Any], declared: Mapping[str, str], where: str,
+                explain: Callable[[str], str] = lambda file: "") -> None:
     """Raise ConfigError naming the option unless each file of the ``declared`` FILES and NAMED_FILES
-    options of ``conf`` exists (the others are checked by what reads them)."""
+    options of ``conf`` exists (the others are checked by what reads them); ``explain(file)`` ends the
+    message (see :meth:`PathPolicy.tried`)."""
     for key, shape in declared.items():
         value = conf.get(key)
         if shape == FILES and value is not None:
-            _check_exist(value, f"{where}.{key}")
+            _check_exist(value, f"{where}.{key}", explain)
         elif shape == NAMED_FILES and isinstance(value, dict):
             for name, files in value.items():
-                _check_exist(files, f"{where}.{key}.{name}")
+                _check_exist(files, f"{where}.{key}.{name}", explain)
 
 
-def _check_exist(files, where: str) -> None:
+def _check_exist(files, where: str, explain: Callable[[str], str]) -> None:
     for i, file in enumerate([files] if isinstance(files, str) else files if isinstance(files, list) else [files]):
         if not isinstance(file, str):
             raise ConfigError(where, f"expected a file path or a list of them, got {file!r}")
         if not os.path.isfile(file):
-            raise ConfigError(where if isinstance(files, str) else f"{where}[{i}]", f"file not found: {file}")
+            raise ConfigError(where if isinstance(files, str) else f"{where}[{i}]",
+                              f"file not found: {file}{explain(file)}")
 
 
 def speechain_root_path(value) -> Optional[str]:
@@ -209,53 +255,3 @@ def find_preset(value: PathLike) -> Optional[Path]:
 def is_preset(value: PathLike) -> bool:
     """Whether ``value`` names a shipped preset."""
     return find_preset(value) is not None
-
-
-def resolve_data_path(value: PathLike, idx2_path: PathLike) -> str:
-    """Resolve a data value from an idx2 file against that file's folder.
-
-    Relative file paths are joined to ``dirname(idx2_path)``; for chunk
-    entries (``file.hdf5:key``, ``file.npz:key``) only the file part is
-    resolved and the key (and a ``#t=`` suffix) is kept. Absolute paths and
-    URLs are returned unchanged. In a file named ``segments`` a value is
-    ``<recording> <start> <end>``, looked up in the wav.scp beside it; relative
-    wav.scp paths resolve against the current folder, as in Kaldi.
-    """
-    value, idx2_path = os.fspath(value), os.fspath(idx2_path)
-    if is_kaldi_segments(idx2_path):
-        return kaldi_segment_value(value, idx2_path)
-    if is_url(value):
-        return value
-    file, key = split_chunk_key(value)
-    if os.path.isabs(file):
-        return value
-    file = os.path.normpath(os.path.join(os.path.dirname(idx2_path), file))
-    return file if key is None else f"{file}:{key}"
-
-
-def check_data_file(file: str) -> None:
-    """Raise DataError naming ``file`` unless it is an existing regular file
-    (URLs are checked when read)."""
-    if not is_url(file):
-        check_regular_file(file, "a data file")
-
-
-# Reading a FIFO blocks until a writer comes (forever, inline); /dev/zero never
-# ends; a socket cannot be opened. So only regular files are read.
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def check_regular_file(file: str, expected: str = "a regular file") -> None:
-    """Raise DataError naming ``file`` unless it exists and is a regular file
-    (symbolic links are followed); call it before opening a file to read.
-    ``expected`` names what the file should be (``"an idx2 file"``)."""
-    try:
-        mode = os.stat(file).st_mode
-    except FileNotFoundError:
-        raise DataError(f"{file}: no such file") from None
-    except OSError as e:
-        raise DataError(f"{file}: cannot read it ({e.strerror or e})") from None
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-        raise DataError(f"{file}: is {kind}, expected {expected}")

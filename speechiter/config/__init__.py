@@ -62,6 +62,7 @@ class DataConfig(dict):
     ``settings``: run settings an exp_cfg gives at top level (``seed``, ``ngpu``,
     ``num_workers``, ``{train,valid,test}_num_workers``), checked integers;
     build_iterators and the CLI use them where the caller gives no value.
+    ``setting_files``: ``{setting: the exp_cfg file that gave it}`` (for messages).
     """
 
     def __init__(self, groups=(), source: Path | None = None, variables: dict | None = None,
@@ -71,6 +72,7 @@ class DataConfig(dict):
         self.paths = paths
         self.variables = variables if variables is not None else {}
         self.settings = settings if settings is not None else {}
+        self.setting_files = {key: source for key in self.settings}
 
 
 # exp_cfg top-level keys that are run settings, with their minimum (SpeeChain's runner arguments).
@@ -121,6 +123,8 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
     paths = PathPolicy.from_environment()
     source = paths.recipe_file(path) if not _chain else Path(path).expanduser().absolute()
     paths = paths.in_folder(source.parent)
+    if not _chain and not os.path.lexists(source):
+        raise ConfigError(str(source), f"no such file{paths.tried(os.fspath(path), recipe=True)}")
     raw = _read_raw(source)
     groups_under_data_cfg = "data_cfg" in raw
     if not groups_under_data_cfg and not any(key in raw for key in GROUPS):
@@ -143,6 +147,7 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
             raise ConfigError("data_cfg", f"{raw['data_cfg']!r} loads {target}, which is already being loaded")
         data_cfg = load_config(target, forwarded, (*_chain, source))
         data_cfg.settings = {**data_cfg.settings, **settings}
+        data_cfg.setting_files = {**data_cfg.setting_files, **{key: source for key in settings}}
         return data_cfg
     if groups_under_data_cfg:
         data_node = raw["data_cfg"]

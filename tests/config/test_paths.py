@@ -1,7 +1,6 @@
 """speechiter.paths: the recipe's PathPolicy, declared file options, resolving data values against their
 idx2 file, chunk keys."""
 import os
-import warnings
 from pathlib import Path
 
 import pytest
@@ -80,7 +79,7 @@ def test_included_file_names_its_rule(tmp_path):
         PathPolicy(tmp_path, "/r").included_file("x.yaml")
 
 
-def test_values_in_the_yaml_folder_first_then_the_current_folder_with_a_warning(tmp_path, monkeypatch):
+def test_values_in_the_yaml_folder_first_then_the_current_folder_with_a_warning(tmp_path, monkeypatch, capsys):
     recipe, cwd = tmp_path / "recipe", tmp_path / "cwd"
     (recipe / "data").mkdir(parents=True)
     (cwd / "data").mkdir(parents=True)
@@ -90,16 +89,60 @@ def test_values_in_the_yaml_folder_first_then_the_current_folder_with_a_warning(
     policy = PathPolicy(recipe)
     assert policy.value({"a": ["data/here"]}, "x") == {"a": [str(recipe / "data/here")]}
     assert policy.value("data/here.hdf5:key") == "data/here.hdf5:key"  # the file part must exist
-    with pytest.warns(UserWarning, match=r"^x.b: 'data/there' is not in the YAML file's folder \("):
-        assert policy.value({"b": "data/there"}, "x") == {"b": "data/there"}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert policy.value("nowhere/x") == "nowhere/x" and policy.value("plain") == "plain"
-        assert PathPolicy(recipe, "/r").value("./data/here") == "./data/here"  # with a root: the current folder
-        assert PathPolicy().value("data/there") == "data/there"  # no YAML folder: as given
+    assert policy.value({"b": "data/there"}, "x") == {"b": "data/there"}
+    assert capsys.readouterr().err == (f"speechiter: warning: x.b: 'data/there' is not in the YAML file's folder "
+                                       f"({recipe}); read from the current folder ({cwd})\n")
+    assert policy.value("nowhere/x") == "nowhere/x" and policy.value("plain") == "plain"
+    assert PathPolicy(recipe, "/r").value("./data/here") == "./data/here"  # with a root: the current folder
+    assert PathPolicy().value("data/there") == "data/there"  # no YAML folder: as given
+    assert capsys.readouterr().err == ""
 
 
-def test_presets_are_found_from_any_folder_without_a_warning(tmp_path, monkeypatch):
+def test_paths_found_only_from_the_current_folder_are_reported_in_one_line(tmp_path, monkeypatch, capsys):
+    recipe = tmp_path / "SpeeChain" / "recipes" / "asr"
+    recipe.mkdir(parents=True)
+    for name in ("idx2wav", "idx2wav_len"):
+        (tmp_path / "SpeeChain" / "datasets" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "SpeeChain" / "datasets" / name).write_text("")
+    monkeypatch.chdir(tmp_path / "SpeeChain")
+    found = []
+    conf = {"main_data": {"feat": "datasets/idx2wav"}, "data_len": "datasets/idx2wav_len"}
+    assert PathPolicy(recipe).options(conf, {}, "w", found) == conf
+    assert capsys.readouterr().err == ""  # collected, not printed
+    PathPolicy(recipe).warn_found_here(found)
+    PathPolicy(recipe).warn_found_here([])
+    assert capsys.readouterr().err == (
+        f"speechiter: warning: 2 paths (first w.main_data.feat: 'datasets/idx2wav') are not in the YAML file's "
+        f"folder ({recipe}); read from the current folder ({tmp_path / 'SpeeChain'}); "
+        f"export SPEECHAIN_ROOT={tmp_path / 'SpeeChain'} to read them from there by SpeeChain's rule\n")
+
+
+def test_a_missing_relative_path_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    recipe = tmp_path / "recipe"
+    declared = {"data_len": FILES}
+    with pytest.raises(ConfigError, match=rf"^w.data_len: file not found: datasets//x/idx2wav_len \(looked in the "
+                                          rf"YAML file's folder {recipe} and the current folder {tmp_path}\); a "
+                                          r"SpeeChain recipe names its files from the SpeeChain folder: export "
+                                          r"SPEECHAIN_ROOT=/path/to/SpeeChain$"):
+        PathPolicy(recipe).check_files({"data_len": "datasets//x/idx2wav_len"}, declared, "w")
+    with pytest.raises(ConfigError, match=rf"^w.data_len: file not found: corpus/len \(looked in the YAML file's "
+                                          rf"folder {recipe} and the current folder {tmp_path}\)$"):
+        PathPolicy(recipe).check_files({"data_len": "corpus/len"}, declared, "w")
+    with pytest.raises(ConfigError, match=rf"^w.data_len: file not found: len \(looked in the current folder "
+                                          rf"{tmp_path}\)$"):
+        PathPolicy(recipe).check_files({"data_len": "len"}, declared, "w")
+    with pytest.raises(ConfigError, match=r"^w.data_len: file not found: /abs/len$"):
+        PathPolicy(recipe).check_files({"data_len": "/abs/len"}, declared, "w")
+    # with the root set, a SpeeChain path is looked for there (and the hint is left out)
+    assert PathPolicy(recipe, "/sc").tried("datasets/x") == " (looked in $SPEECHAIN_ROOT=/sc)"
+    assert PathPolicy(recipe, "/sc").tried("recipes/x.yaml", recipe=True) == (
+        f" (looked in $SPEECHAIN_ROOT=/sc and the current folder {tmp_path})")
+    assert PathPolicy(recipe).tried("s3://bucket/x") == ""
+    assert PathPolicy(recipe, "/sc").tried("./x") == f" (looked in the current folder {tmp_path})"
+
+
+def test_presets_are_found_from_any_folder_without_a_warning(tmp_path, monkeypatch, capsys):
     preset = "config/feat/log_mel/80bin_25ms_10ms.yaml"
     assert find_preset(preset) == PRESETS_DIR / "feat/log_mel/80bin_25ms_10ms.yaml"
     assert find_preset("feat/log_mel/80bin_25ms_10ms.yaml") == find_preset(preset)
@@ -107,9 +150,8 @@ def test_presets_are_found_from_any_folder_without_a_warning(tmp_path, monkeypat
     (tmp_path / preset).parent.mkdir(parents=True)
     (tmp_path / preset).write_text("n_mels: 80\n")
     monkeypatch.chdir(tmp_path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert PathPolicy(tmp_path / "elsewhere").value(preset) == preset
+    assert PathPolicy(tmp_path / "elsewhere").value(preset) == preset
+    assert capsys.readouterr().err == ""
 
 
 def test_declared_file_options_are_rooted_and_checked(tmp_path, monkeypatch):

@@ -114,7 +114,8 @@ def test_a_low_open_files_limit_is_one_line_naming_it(tmp_path, corpus):
                         "'--num_workers', '16']\nrunpy.run_module('speechiter.run', run_name='__main__')")
     result = run_python(code)
     assert result.returncode == 1, result.stderr
-    lines = result.stderr.strip().splitlines()
+    # besides the line that 16 workers outnumber the CPUs (speechiter/build.py)
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("speechiter: warning:")]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith("speechiter: error: too many open files: 16 loading worker processes need about ")
     assert "under the open-files limit of 64 (ulimit -n); raise it in the shell that starts the run: " \
