@@ -30,14 +30,16 @@ def resolve_data_path(value: PathLike, idx2_path: PathLike) -> str:
     Relative file paths are joined to ``dirname(idx2_path)``; for chunk
     entries (``file.hdf5:key``, ``file.npz:key``) only the file part is
     resolved and the key (and a ``#t=`` suffix) is kept. Absolute paths and
-    URLs are returned unchanged. In a file named ``segments`` a value is
+    URLs are returned unchanged, and so is a piped command (``cmd ... |``:
+    its files are the command's, read from the current folder as in Kaldi;
+    see speechiter/io/pipes.py). In a file named ``segments`` a value is
     ``<recording> <start> <end>``, looked up in the wav.scp beside it; relative
     wav.scp paths resolve against the current folder, as in Kaldi.
     """
     value, idx2_path = os.fspath(value), os.fspath(idx2_path)
     if is_kaldi_segments(idx2_path):
         return kaldi_segment_value(value, idx2_path)
-    if is_url(value):
+    if is_url(value) or value.rstrip().endswith("|"):
         return value
     file, key = split_chunk_key(value)
     if os.path.isabs(file):

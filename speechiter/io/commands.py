@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import io
 import os
-import shlex
-import shutil
 import signal
 import subprocess
 from typing import Sequence, Tuple
@@ -46,21 +44,9 @@ def refuse_commands(unknown: Sequence[Tuple[str, str]], how: str) -> None:
                     f"that audio to files")
 
 
-def _runnable(command: str) -> str:
-    """``command`` with a program path that a relative idx2 value's folder
-    was joined to (``/data/mycmd`` for ``mycmd``) back to the program's name."""
-    first = command.split(None, 1)
-    if first and "/" in first[0] and not os.path.exists(first[0]):
-        name = os.path.basename(first[0])
-        if shutil.which(name):
-            return shlex.quote(name) + command[len(first[0]):]
-    return command
-
-
 def run_command(command: str, timeout: float = COMMAND_TIMEOUT) -> Tuple[np.ndarray, int]:
     """``(float32 (T, C), sample_rate)`` of the audio ``command`` writes to
     its standard output (See NOTE [ Running commands ])."""
-    command = _runnable(command)
     proc = subprocess.Popen(command, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     with proc:

@@ -21,10 +21,8 @@ also dithers to 16 bits), not bit for bit, and so is a mix of channels (-c 1,
 -ac 1: their mean). Decoding and taking one channel give the command's samples
 exactly. A time range (``#t=``, Kaldi segments) applies to the command's
 output, at its rate. A path inside a command is taken as written (relative:
-the current folder, as in Kaldi). In an idx2 file the path resolver joins the
-idx2 folder to a piped value's first word, taking it for a relative path; the
-base-name rule makes that harmless (and an allowed command runs by its
-program's name when the joined path does not exist). Anything else (another
+the current folder, as in Kaldi, also in an idx2 file: the path resolver
+leaves a piped value as it is). Anything else (another
 program or option, a pipeline, a redirection) is an unknown command: never run
 unless the user opts in (the import's ``--allow_commands``, a dataset's
 ``allow_commands: true``), see :mod:`speechiter.io.commands`.

@@ -1,4 +1,5 @@
 """Piped values in a dataset: given directly in idx2wav, and in the wav.scp behind a Kaldi segments file."""
+import os
 import sys
 
 import pytest
@@ -40,6 +41,16 @@ def test_piped_values_in_idx2wav_load_the_same_batches(tmp_path, make_corpus):
         idx2wav = piped_idx2wav(corpus, f"idx2wav_piped{i}", template)
         assert batches(tmp_path, corpus, idx2wav) == plain, template
     assert batches(tmp_path, corpus, idx2wav, workers=2) == plain
+
+
+@pytest.mark.timeout(120)
+def test_a_piped_value_reads_its_relative_file_from_the_current_folder(tmp_path, make_corpus, monkeypatch):
+    corpus = make_corpus(tmp_path / "corpus", num=6)
+    rows = [line.split(" ", 1) for line in (corpus / "idx2wav").read_text().splitlines()]
+    monkeypatch.chdir(tmp_path)  # as in Kaldi: relative to where the job runs, not to the idx2 file's folder
+    relative = [os.path.relpath(corpus / p, tmp_path) for _, p in rows]
+    (corpus / "idx2wav_rel").write_text("".join(f"{u} flac -c -d -s {p} |\n" for (u, _), p in zip(rows, relative)))
+    assert batches(tmp_path, corpus, corpus / "idx2wav_rel") == batches(tmp_path, corpus, corpus / "idx2wav")
 
 
 @pytest.mark.timeout(120)
