@@ -22,9 +22,9 @@ from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, group_steps, policy_of
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
-from speechiter.fingerprints import fingerprint
-from speechiter.state import GroupState, RunState
-from speechiter.user_files import check_output, read_json, write_json_atomic
+from speechiter.state import ELASTIC_VERSION, STATE_VERSION, GroupState, RunState
+from speechiter.state_files import earliest, run_configuration, saved_states
+from speechiter.user_files import check_output, write_json_atomic
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,31 +72,36 @@ class CommandLineRun:
     def __init__(self, args, iterators: Dict, rank: int = 0, world_size: int = 1):
         self.args = args
         self.iterators = iterators
-        self.rank = rank
+        self.rank, self.world_size = rank, world_size
         self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers,
                                  "thread_type": args.thread_type, "out_type": args.out_type, "seed": args.seed,
                                  "ngpu": args.ngpu, "distributed": args.distributed})
         self.report.rank, self.report.world_size = rank, world_size
         self.dump = DumpWriter(args.dump_batches, rank, args.distributed) if args.dump_batches else None
         self.state_path = rank_path(args.save_state, rank) if args.save_state and args.distributed else args.save_state
-        configs = {label: it.config_fingerprint for label, it in flat_iterators(iterators)}
-        if "train" in iterators and policy_of(iterators["train"]) != "shortest":
-            configs["train.steps"] = policy_of(iterators["train"])  # shortest keeps the saved fingerprints
-        self.config_fingerprint = fingerprint(configs)
-        self.settings = {label: it.config_summary for label, it in flat_iterators(iterators)}
+        self.config_fingerprint, self.settings = run_configuration(iterators, legacy=False)
         self.resumed: Optional[GroupLoader] = None  # the train group where --resume put it
 
-    def state(self, train: GroupState) -> RunState:
-        """The run's state with the train group at ``train``."""
-        return RunState(seed=self.args.seed, config=self.config_fingerprint, train=train, settings=self.settings)
+    def state(self, train: GroupState, version: int = STATE_VERSION) -> RunState:
+        """The run's state with the train group at ``train`` (``version``: as a state of that version)."""
+        if version < ELASTIC_VERSION:
+            config, settings = run_configuration(self.iterators, legacy=True)
+            return RunState(self.args.seed, config, train, settings=settings, version=version)
+        return RunState(seed=self.args.seed, config=self.config_fingerprint, train=train, settings=self.settings,
+                        world_size=self.world_size)
 
     def resume(self, path: str):
-        """Continue from a --save_state file: the train group loads its state, after checking it fits this run."""
-        path = rank_path(path, self.rank) if self.args.distributed else path
-        saved = RunState.from_dict(read_json(path, "--resume"), "--resume")
+        """Continue from --save_state files (see NOTE [ State files ] in speechiter/state_files.py): each
+        must fit this run; the train group loads the earliest, then the ranks wait for each other."""
+        states = saved_states(path, self.rank, self.args.distributed)
         train = GroupLoader(self.iterators["train"])
-        saved.check_fits(self.state(train.state_at(saved.epoch, saved.step)), "--resume", path)
+        for source, saved in states:
+            saved.check_fits(self.state(train.state_at(saved.epoch, saved.step), saved.version), "--resume", source)
+        path, saved = earliest(states)
         train.load_state(saved.train, f"--resume {path}: train")
+        if self.args.distributed:
+            import torch.distributed as dist
+            dist.barrier()
         if saved.epoch > self.args.epochs:
             print(f"speechiter: {path} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
                   file=sys.stderr)
@@ -104,6 +109,8 @@ class CommandLineRun:
 
     def save_state(self, train: GroupState):
         if self.state_path:
+            if self.dump is not None:
+                self.dump.file.flush()  # the dump holds every step the state counts as done
             write_json_atomic(self.state_path, self.state(train).to_dict())
 
     def first_train_loader(self) -> GroupLoader:
