@@ -211,10 +211,9 @@ class GroupLoader:
         for name, iterator in iterators.items():
             epoch = saved.iterators[name].epoch
             if iterator.epoch_len(epoch) != len(iterator):
-                raise ConfigError(f"{where}.iterators.{name}.layout", f"steps: longest resumes on the layout it "
-                                  f"was saved with only when the epoch lengths differ: epoch {epoch} of {name} has "
-                                  f"{iterator.epoch_len(epoch)} batches under {iterator.layout_of(epoch)}, "
-                                  f"{len(iterator)} under {iterator.layout}")
+                raise ConfigError(f"{where}.iterators.{name}.layout", f"steps: longest cannot continue epoch {epoch} "
+                                  f"of {name} on a layout that changes its length: {iterator.epoch_len(epoch)} "
+                                  f"batches under {iterator.layout_of(epoch)}, {len(iterator)} under {iterator.layout}")
 
     def state_dict(self) -> Dict[str, Any]:
         """Where this group stands (a GroupState as a dict): resume with :meth:`load_state_dict`."""
