@@ -4,9 +4,12 @@ import hashlib
 import json
 from typing import Any, Dict, List
 
+import numpy as np
+
 #: settings summaries: at most this many entries, values of at most this many JSON characters
 SUMMARY_ENTRIES = 64
 SUMMARY_VALUE_CHARS = 100
+_BLOCK = 1 << 20  # ids joined at a time by batches_fingerprint
 
 
 def fingerprint(value: Any) -> str:
@@ -16,11 +19,20 @@ def fingerprint(value: Any) -> str:
 
 
 def view_fingerprint(batches: List[List[str]]) -> str:
-    """A digest of a batching view (ids and batch boundaries)."""
+    """A digest of a batching view (ids and batch boundaries), as states of versions 1 to 3 hold it."""
     digest = hashlib.blake2b(digest_size=8)
     for batch in batches:
         digest.update("\x1f".join(batch).encode("utf-8"))
         digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
+def batches_fingerprint(ids: np.ndarray, bounds: np.ndarray) -> str:
+    """A digest of a batching view given as an ``S`` array of ids in batch order and the batch offsets, in
+    blocks (for any width of the array: ids are joined as their bytes)."""
+    digest = hashlib.blake2b(np.asarray(bounds, dtype="<i8").tobytes(), digest_size=8)
+    for start in range(0, len(ids), _BLOCK):
+        digest.update(b"\n".join(ids[start:start + _BLOCK].tolist()) + b"\n")
     return digest.hexdigest()
 
 

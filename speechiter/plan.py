@@ -43,8 +43,6 @@ Files = Union[str, List[str]]
 
 
 Counts = Union[bool, Callable[["BatchPlan"], bool]]
-#: the fields that place the batches on the ranks and GPUs rather than make them (see NOTE [ Plan fingerprint ])
-LAYOUT_FIELDS = ("ngpu", "rank", "world_size")
 
 
 def _option(default: Any, counts: Counts, legacy: Optional[Counts] = None):

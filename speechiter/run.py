@@ -19,12 +19,12 @@ from speechiter.build import build_iterators, close_all, flat_iterators
 from speechiter.config import iterator_label, load_config
 from speechiter.dump import DumpWriter, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
-from speechiter.group import GroupLoader, group_steps, policy_of
+from speechiter.group import GroupLoader, group_steps
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
-from speechiter.state import ELASTIC_VERSION, STATE_VERSION, GroupState, RunState
-from speechiter.state_files import earliest, run_configuration, saved_states
-from speechiter.user_files import check_output, write_json_atomic
+from speechiter.state import GroupState
+from speechiter.state_files import StateFiles
+from speechiter.user_files import check_output
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,40 +78,22 @@ class CommandLineRun:
                                  "ngpu": args.ngpu, "distributed": args.distributed})
         self.report.rank, self.report.world_size = rank, world_size
         self.dump = DumpWriter(args.dump_batches, rank, args.distributed) if args.dump_batches else None
-        self.state_path = rank_path(args.save_state, rank) if args.save_state and args.distributed else args.save_state
-        self.config_fingerprint, self.settings = run_configuration(iterators, legacy=False)
+        self.states = StateFiles(iterators, args.seed, args.save_state, args.distributed, rank, world_size)
         self.resumed: Optional[GroupLoader] = None  # the train group where --resume put it
 
-    def state(self, train: GroupState, version: int = STATE_VERSION) -> RunState:
-        """The run's state with the train group at ``train`` (``version``: as a state of that version)."""
-        if version < ELASTIC_VERSION:
-            config, settings = run_configuration(self.iterators, legacy=True)
-            return RunState(self.args.seed, config, train, settings=settings, version=version)
-        return RunState(seed=self.args.seed, config=self.config_fingerprint, train=train, settings=self.settings,
-                        world_size=self.world_size)
-
     def resume(self, path: str):
-        """Continue from --save_state files (see NOTE [ State files ] in speechiter/state_files.py): each
-        must fit this run; the train group loads the earliest, then the ranks wait for each other."""
-        states = saved_states(path, self.rank, self.args.distributed)
+        """Continue from --save_state files (see NOTE [ State files ] in speechiter/state_files.py)."""
         train = GroupLoader(self.iterators["train"])
-        for source, saved in states:
-            saved.check_fits(self.state(train.state_at(saved.epoch, saved.step), saved.version), "--resume", source)
-        path, saved = earliest(states)
-        train.load_state(saved.train, f"--resume {path}: train")
-        if self.args.distributed:
-            import torch.distributed as dist
-            dist.barrier()
+        source, saved = self.states.resume(path, train)
         if saved.epoch > self.args.epochs:
-            print(f"speechiter: {path} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
+            print(f"speechiter: {source} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
                   file=sys.stderr)
         self.resumed = train
 
-    def save_state(self, train: GroupState):
-        if self.state_path:
-            if self.dump is not None:
-                self.dump.file.flush()  # the dump holds every step the state counts as done
-            write_json_atomic(self.state_path, self.state(train).to_dict())
+    def save_state(self, train: GroupState, first: bool = False):
+        if self.dump is not None and self.states.path:
+            self.dump.file.flush()  # the dump holds every step the state counts as done
+        self.states.save(train, first)
 
     def first_train_loader(self) -> GroupLoader:
         """The train group at --resume's position, else at --start_epoch / --start_step."""
@@ -123,6 +105,7 @@ class CommandLineRun:
 
     def train(self):
         first = self.first_train_loader()
+        self.save_state(first.state(), first=True)
         for epoch in range(first.epoch, self.args.epochs + 1):
             last = epoch == self.args.epochs
             loader = first if epoch == first.epoch else GroupLoader(self.iterators["train"], epoch)

@@ -22,7 +22,7 @@ from speechiter.checks import check_bool, check_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.reader import DatasetReader
 from speechiter.engine import Engine, EngineSettings, make_engine
-from speechiter.errors import ConfigError, DataError
+from speechiter.errors import DataError
 from speechiter.ids import Column, SortedIds
 from speechiter.iterator.distributed import resolve_rank, share_view
 from speechiter.iterator.epochs import EpochPlans
@@ -160,6 +160,7 @@ class Iterator(EpochPlans):
         self._fingerprints: Dict[bool, str] = {}  # legacy -> view_fingerprint
         self._rank_views: Dict[int, BatchView] = {}  # epoch -> this rank's view, the last two (base_epoch_view)
         self._continued = None  # an epoch begun under another layout (see continue_epoch)
+        self._last_plan = None  # (epoch, plan) of the last epoch planned
 
     @property
     def batches(self) -> Sequence[List[str]]:

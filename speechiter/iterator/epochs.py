@@ -8,11 +8,11 @@ An epoch begun by a run of another layout is planned from that run's global batc
 (speechiter/iterator/abs.py) sets what this part reads: ``_view`` (this rank's view), ``_base`` (the base
 view), ``_shuffle``, ``_continued`` and the plan's options, and provides ``batches`` and ``_distribute``.
 """
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
-from speechiter.fingerprints import view_fingerprint
+from speechiter.fingerprints import batches_fingerprint, view_fingerprint
 from speechiter.iterator.elastic import ContinuedEpoch, Layout, check_continuable
 from speechiter.iterator.tasks import EpochTasks, check_epoch
 from speechiter.iterator.view import BatchView, as_view, clip_batches, global_batches, is_vectorised, share_batches
@@ -26,6 +26,7 @@ class EpochPlans:
     _continued: Optional[ContinuedEpoch]
     _fingerprints: Dict[bool, str]
     _rank_views: Dict[int, BatchView]
+    _last_plan: Optional[Tuple[int, BatchView]]
 
     def epoch_len(self, epoch: int) -> int:
         """Batches of ``epoch``: ``len(self)``, or the saved run's number in a continued epoch."""
@@ -38,7 +39,9 @@ class EpochPlans:
         """A digest of the base view (computed once); ``legacy``: of this rank's view (states of versions
         1 to 3)."""
         if legacy not in self._fingerprints:
-            self._fingerprints[legacy] = view_fingerprint(self._view if legacy else self._base)
+            base = self._base
+            self._fingerprints[legacy] = view_fingerprint(self._view) if legacy else batches_fingerprint(base.ids,
+                                                                                                          base.bounds)
         return self._fingerprints[legacy]
 
     def base_batches(self) -> int:
@@ -95,6 +98,12 @@ class EpochPlans:
         return clipped.take(self._shuffle.order(epoch, len(clipped), cumulative))
 
     def _epoch_plan(self, epoch: int) -> BatchView:
+        """The epoch's plan; the last one is kept (the next loader or its lookahead asks again)."""
+        if self._last_plan is None or self._last_plan[0] != epoch:
+            self._last_plan = (epoch, self._plan_of(epoch))
+        return self._last_plan[1]
+
+    def _plan_of(self, epoch: int) -> BatchView:
         continued = self._continued
         if continued is None or continued.epoch != epoch:
             return self._shuffled(self._epoch_view(epoch), epoch)
@@ -116,7 +125,7 @@ class EpochPlans:
         """Plan ``epoch`` as a run of ``layout`` did: its global batches, shared among this iterator's ranks
         (see NOTE [ Elastic resume ]). None or this iterator's own layout: as planned here."""
         check_continuable(self, layout)
-        self._continued = None
+        self._continued, self._last_plan = None, None
         if layout is not None and layout != self.layout:
             view = global_batches(self.base_epoch_view(epoch), layout.ngpu, layout.world_size, self.evaluation)
             self._continued = ContinuedEpoch(check_epoch(epoch), layout, view)

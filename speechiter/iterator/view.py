@@ -180,12 +180,12 @@ def rank_share(view: BatchView, rank: int, world_size: int, descending: bool) ->
     """
     start = world_size - rank - 1 if descending else rank
     sizes = view.sizes()
-    within = np.arange(len(view.ids)) - np.repeat(view.bounds[:-1], sizes)
-    rows = np.flatnonzero((within >= start) & ((within - start) % world_size == 0))
-    counts = np.bincount(np.repeat(np.arange(len(sizes)), sizes)[rows], minlength=len(sizes))
-    rows = np.sort(np.concatenate([rows, view.bounds[1:][counts == 0] - 1]))
+    counts = np.maximum(0, -(-(sizes - start) // world_size))  # rows start, start + W, ... of each batch
+    first = np.where(counts > 0, view.bounds[:-1] + start, view.bounds[1:] - 1)  # an empty share: the last row
+    counts = np.maximum(counts, 1)
     bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(np.maximum(counts, 1), out=bounds[1:])
+    np.cumsum(counts, out=bounds[1:])
+    rows = np.repeat(first, counts) + world_size * (np.arange(bounds[-1]) - np.repeat(bounds[:-1], counts))
     return BatchView(view.ids[rows], bounds)
 
 

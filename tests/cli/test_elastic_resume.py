@@ -111,7 +111,8 @@ def kill_tree(proc: subprocess.Popen) -> None:
 def run_segment(tmp_path: Path, cfg: Path, index: int, world_size: int, workers: int, resume: bool,
                 pause=None, timeout: float = 180):
     """One torchrun job; ``pause`` = (rank, utterance) stops that rank there once it has saved a state (the
-    others run on), and the test kills the job. Returns whether it was killed."""
+    others run on: they may not have saved theirs), and the test kills the job. Returns whether it was
+    killed."""
     marker = tmp_path / f"paused{index}"
     extra = {} if pause is None else {"PAUSE_RANK": str(pause[0]), "PAUSE_AT": str(pause[1]),
                                       "PAUSE_MARKER": str(marker), "PAUSE_SINCE": str(time.time_ns()),
@@ -139,7 +140,8 @@ def run_segment(tmp_path: Path, cfg: Path, index: int, world_size: int, workers:
 
 
 def resume_point(tmp_path: Path):
-    """(epoch, step) the next segment resumes from: the earliest of the last run's rank files."""
+    """(epoch, step) the next segment resumes from: the earliest of the rank files of the run rank 0's
+    file names."""
     first = json.loads((tmp_path / "state.rank0.json").read_text())
     states = [json.loads((tmp_path / f"state.rank{r}.json").read_text()) for r in range(first["world_size"])]
     return min((s["train"]["epoch"], s["train"]["step"]) for s in states)

@@ -233,10 +233,8 @@ def test_cli_state_files_resume_from_the_earliest_rank(tmp_path):
     with pytest.raises(ConfigError, match=r"^--resume: .*state.rank2.json is missing: the run that wrote "
                                           r".*state.rank0.json had 3 ranks, each with its own state file$"):
         saved_states(path, 0, distributed=True)
-    write(2, 4, world_size=2)
-    with pytest.raises(ConfigError, match=r"^--resume: .*state.rank2.json was written by a run of 2 ranks, "
-                                          r".*state.rank0.json by a run of 3: they are not one run's files$"):
-        saved_states(path, 0, distributed=True)
+    write(2, 4, world_size=2)  # a job killed as it began: files of two runs, the later one's at its start
+    assert earliest(saved_states(path, 0, distributed=True))[1].step == 4
 
 
 def test_layout_strings_and_round_trip():
