@@ -35,16 +35,18 @@ LOADED = [0]
 
 
 class PauseAt(SpeechTextDataset):
-    """On rank $PAUSE_RANK, from the $PAUSE_AT-th utterance a process loads, once the rank has written its
-    state file ($PAUSE_STATE) in this job (since $PAUSE_SINCE ns): marks $PAUSE_MARKER and waits to be killed."""
+    """On rank $PAUSE_RANK (all: *), from the $PAUSE_AT-th utterance a process loads, once the rank has
+    written its state file ($PAUSE_STATE.rank<r>.json) in this job (since $PAUSE_SINCE ns): marks
+    $PAUSE_MARKER.rank<r> and waits to be killed."""
 
     def extract_main_data_fn(self, main_data):
-        if os.environ.get("RANK") == os.environ.get("PAUSE_RANK"):
+        rank = os.environ.get("RANK")
+        if os.environ.get("PAUSE_RANK") in (rank, "*"):
             LOADED[0] += 1
-            state = os.environ["PAUSE_STATE"]
+            state = f"{os.environ['PAUSE_STATE']}.rank{rank}.json"
             if LOADED[0] >= int(os.environ["PAUSE_AT"]) and os.path.exists(state) and \\
                     os.stat(state).st_mtime_ns >= int(os.environ["PAUSE_SINCE"]):
-                open(os.environ["PAUSE_MARKER"], "w").close()
+                open(f"{os.environ['PAUSE_MARKER']}.rank{rank}", "w").close()
                 threading.Event().wait()
         return super().extract_main_data_fn(main_data)
 '''
@@ -110,13 +112,13 @@ def kill_tree(proc: subprocess.Popen) -> None:
 
 def run_segment(tmp_path: Path, cfg: Path, index: int, world_size: int, workers: int, resume: bool,
                 pause=None, timeout: float = 180):
-    """One torchrun job; ``pause`` = (rank, utterance) stops that rank there once it has saved a state (the
-    others run on: they may not have saved theirs), and the test kills the job. Returns whether it was
-    killed."""
+    """One torchrun job; ``pause`` = (rank or "*", utterance) stops that rank (every rank) there once it has
+    saved a state (the others run on), and the test kills the job. Returns whether it was killed."""
     marker = tmp_path / f"paused{index}"
     extra = {} if pause is None else {"PAUSE_RANK": str(pause[0]), "PAUSE_AT": str(pause[1]),
                                       "PAUSE_MARKER": str(marker), "PAUSE_SINCE": str(time.time_ns()),
-                                      "PAUSE_STATE": str(tmp_path / f"state.rank{pause[0]}.json")}
+                                      "PAUSE_STATE": str(tmp_path / "state")}
+    paused = world_size if pause is not None and pause[0] == "*" else 1
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}",
                "-m", "speechiter.run", "--data_cfg", str(cfg), "--epochs", str(EPOCHS), "--quiet", "--distributed",
                "--num_workers", str(workers), "--save_state", str(tmp_path / "state.json"),
@@ -126,11 +128,11 @@ def run_segment(tmp_path: Path, cfg: Path, index: int, world_size: int, workers:
     proc = subprocess.Popen(command, cwd=REPO, env=env(tmp_path, **extra), stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     try:
-        while proc.poll() is None and not marker.exists():
+        while proc.poll() is None and len(list(tmp_path.glob(f"{marker.name}.rank*"))) < paused:
             if time.monotonic() > deadline:
                 raise AssertionError(f"segment {index} ran past {timeout} s")
             time.sleep(0.05)  # waiting for the pause (or the end), not for a race
-        killed = marker.exists()
+        killed = len(list(tmp_path.glob(f"{marker.name}.rank*"))) == paused
     finally:
         kill_tree(proc)
         log.close()
@@ -177,14 +179,14 @@ def check_segments(tmp_path: Path, cfg: Path, segments: list) -> None:
 
 
 def kill_and_resize(tmp_path: Path, kind: str, plan: list, seed: int) -> list:
-    """``plan``: [(world_size, workers)] per segment; all but the last are killed at a random utterance
-    (after rank 0's ``pause_at`` utterances when the entry has a third item). Returns the segments."""
+    """``plan``: [(world_size, workers)] per segment; all but the last are killed at a random utterance of a
+    random rank (of every rank, the ``pause_at``-th, when the entry has a third item). Returns the segments."""
     rng = random.Random(seed)
     cfg = write_cfg(tmp_path, write_corpus(tmp_path / "corpus"), kind)
     segments, start = [], (1, 0)
     for index, (world_size, workers, *pause_at) in enumerate(plan):
         last = index == len(plan) - 1
-        pause = None if last else (0, pause_at[0]) if pause_at else (rng.randrange(world_size), rng.randrange(1, 12))
+        pause = None if last else ("*", pause_at[0]) if pause_at else (rng.randrange(world_size), rng.randrange(1, 12))
         killed = run_segment(tmp_path, cfg, index, world_size, workers, resume=index > 0, pause=pause)
         end = resume_point(tmp_path) if killed else (EPOCHS + 1, 0)
         segments.append((index, world_size, start, end))
@@ -197,7 +199,7 @@ def kill_and_resize(tmp_path: Path, kind: str, plan: list, seed: int) -> list:
 
 @pytest.mark.timeout(300)
 def test_a_killed_two_rank_job_resumes_on_three(tmp_path):
-    segments = kill_and_resize(tmp_path, "block", [(2, 1, 4), (3, 0)], seed=1)
+    segments = kill_and_resize(tmp_path, "block", [(2, 1, 8), (3, 0)], seed=1)
     assert len(segments) == 2 and segments[0][3][1] > 0  # killed in the middle of an epoch
 
 
