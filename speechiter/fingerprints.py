@@ -9,7 +9,7 @@ import numpy as np
 #: settings summaries: at most this many entries, values of at most this many JSON characters
 SUMMARY_ENTRIES = 64
 SUMMARY_VALUE_CHARS = 100
-_BLOCK = 1 << 20  # ids joined at a time by batches_fingerprint
+_str_len = getattr(np, "strings", np.char).str_len  # numpy 2's ufunc where there is one
 
 
 def fingerprint(value: Any) -> str:
@@ -28,11 +28,14 @@ def view_fingerprint(batches: List[List[str]]) -> str:
 
 
 def batches_fingerprint(ids: np.ndarray, bounds: np.ndarray) -> str:
-    """A digest of a batching view given as an ``S`` array of ids in batch order and the batch offsets, in
-    blocks (for any width of the array: ids are joined as their bytes)."""
+    """A digest of a batching view given as an ``S`` array of ids in batch order and the batch offsets. The
+    ids count at the width of the longest, so the digest does not depend on how wide the array is."""
     digest = hashlib.blake2b(np.asarray(bounds, dtype="<i8").tobytes(), digest_size=8)
-    for start in range(0, len(ids), _BLOCK):
-        digest.update(b"\n".join(ids[start:start + _BLOCK].tolist()) + b"\n")
+    width = int(_str_len(ids).max()) if len(ids) else 0
+    if ids.dtype.itemsize != width:
+        ids = ids.astype(f"S{max(width, 1)}")
+    digest.update(b"%d:" % width)
+    digest.update(memoryview(np.ascontiguousarray(ids)).cast("B"))
     return digest.hexdigest()
 
 

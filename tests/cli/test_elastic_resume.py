@@ -166,7 +166,10 @@ def check_segments(tmp_path: Path, cfg: Path, segments: list) -> None:
     for index, world_size, start, end in segments:
         for rank in range(world_size):
             for record in read_dump(tmp_path / f"dump{index}.rank{rank}.jsonl"):
-                if record["group"] == "train" and start < (record["epoch"], record["step"]) <= end:
+                if record["group"] != "train":
+                    continue
+                assert (record["epoch"], record["step"]) > start, (index, record)  # resumed where the files say
+                if (record["epoch"], record["step"]) <= end:
                     steps.setdefault((record["epoch"], record["step"], record["iterator"]), set()).update(record["ids"])
     assert sorted(steps) == sorted(reference)
     for key, ids in reference.items():

@@ -9,6 +9,7 @@ import pytest
 
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError
+from speechiter.fingerprints import batches_fingerprint, view_fingerprint
 from speechiter.group import GroupLoader, IteratorGroup
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
@@ -239,3 +240,11 @@ def test_cli_state_files_resume_from_the_earliest_rank(tmp_path):
 
 def test_layout_strings_and_round_trip():
     assert str(Layout(2, 1)) == "1 rank, ngpu 2" and Layout.from_dict({"ngpu": 2, "world_size": 1}, "x") == Layout(2)
+
+
+def test_the_view_fingerprint_of_version_4_is_pinned_and_width_free():
+    ids = np.array([b"a", b"bb", b"ccc"])
+    assert batches_fingerprint(ids, [0, 1, 3]) == batches_fingerprint(ids.astype("S10"), [0, 1, 3]) \
+        == "3b9fccd171a83eec"
+    assert batches_fingerprint(ids, [0, 2, 3]) != batches_fingerprint(ids, [0, 1, 3])
+    assert view_fingerprint([["a"], ["bb", "ccc"]]) == "10f959ed744b5874"  # versions 1 to 3: as before
