@@ -2,7 +2,7 @@
 mismatch can say ``batch_len: saved 480000, now 160000`` instead of two hashes (see speechiter.state)."""
 import hashlib
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -68,3 +68,16 @@ def summary_differences(saved: Dict[str, Any], now: Dict[str, Any], prefix: str 
         return json.dumps(summary[key], sort_keys=True) if key in summary else "unset"
     return [f"{prefix}{key}: saved {shown(saved, key)}, now {shown(now, key)}"
             for key in sorted(set(saved) | set(now)) if shown(saved, key) != shown(now, key)]
+
+
+def settings_differences(saved: Optional[Dict[str, Any]], now: Optional[Dict[str, Any]]) -> List[str]:
+    """Settings that differ; ``{label: summary}`` maps (a run's) are compared label by label."""
+    if saved is None or now is None:
+        return []
+    if not all(isinstance(item, dict) for item in list(saved.values()) + list(now.values())):
+        return summary_differences(saved, now, "configuration: ")
+    found = [f"iterator {label}: {'saved, now absent' if label in saved else 'absent when saved'}"
+             for label in sorted(set(saved) ^ set(now))]
+    for label in sorted(set(saved) & set(now)):
+        found += summary_differences(saved[label], now[label], f"configuration of {label}: ")
+    return found

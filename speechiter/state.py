@@ -14,51 +14,27 @@ States nest by level, each a small frozen record with a version:
 
 ``to_dict`` gives the JSON-able form (the keys below); ``from_dict`` checks a
 saved dict and raises a ConfigError naming the bad key; ``check_fits`` says what
-differs from the current setup. Versions: 1 has no settings summaries; in 2 a
-group's iterator states hold the group's (epoch, step) and a run state is flat
-(``epoch``, ``step``, ``iterators`` beside ``seed``); in 1 to 3 the
-configuration and view fingerprints include the layout (ranks, ngpu), so those
-states resume on the same layout only. Version 4 saves the layout of the
-epoch apart (``layout``) and the fingerprints without it, so it resumes on any
-(see NOTE [ Elastic resume ] in speechiter/iterator/elastic.py). All still load. The
-Python API (``Loader`` / ``GroupLoader.state_dict``) and the CLI
-(``--save_state`` / ``--resume``) share these records. Resuming costs O(1):
-the plan is recomputed and cut at the step; no skipped batch is read.
+differs from the current setup. Versions: 1 has no settings summaries; 2 has a
+flat run state (``epoch``, ``step``, ``iterators`` beside ``seed``); in 1 to 3
+the fingerprints include the layout (ranks, ngpu), so those states resume on
+the same layout only; 4 saves the layout of the epoch apart (``layout``) and
+resumes on any (NOTE [ Elastic resume ] in speechiter/iterator/elastic.py).
+All load (speechiter/state_keys.py checks a saved dict). The Python API (``Loader`` / ``GroupLoader.state_dict``) and the CLI
+(``--save_state`` / ``--resume``, speechiter/state_files.py) share these
+records. Resuming costs O(1) batches: the plan is recomputed and cut at the
+step; no skipped batch is read.
 """
 import dataclasses
 from typing import Any, Dict, List, Optional, Protocol, runtime_checkable
 
-from speechiter.checks import check_int
 from speechiter.errors import ConfigError
-from speechiter.fingerprints import summary_differences
+from speechiter.fingerprints import settings_differences
 from speechiter.iterator.elastic import Layout
+from speechiter.state_keys import (ELASTIC_VERSION, FLAT_RUN_KEYS, GROUP_KEYS, KEY_BATCHES, KEY_CONFIG, KEY_EPOCH,
+                                   KEY_GROUP, KEY_ITERATORS, KEY_LAYOUT, KEY_MODE, KEY_NAME, KEY_POLICY, KEY_SEED,
+                                   KEY_SETTINGS, KEY_STEP, KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE, LOADER_KEYS,
+                                   RUN_KEYS, STATE_VERSION, check_keys, check_settings)
 
-STATE_VERSION = 4
-SUPPORTED_VERSIONS = (1, 2, 3, 4)  # 1: no settings summary; 2: a flat run state; 1-3: layout fingerprinted
-ELASTIC_VERSION = 4  # the first version whose states resume on another layout
-KEY_VERSION = "version"
-KEY_NAME = "iterator"
-KEY_EPOCH = "epoch"
-KEY_STEP = "step"
-KEY_SEED = "seed"
-KEY_CONFIG = "config"
-KEY_VIEW = "view"
-KEY_BATCHES = "batches"
-KEY_MODE = "mode"
-KEY_ITERATORS = "iterators"
-KEY_POLICY = "steps"
-KEY_GROUP = "train"  # the train group's state in a run state
-KEY_SETTINGS = "settings"  # optional: absent in version 1 files
-KEY_LAYOUT = "layout"  # from version 4: the layout of the state's epoch
-KEY_WORLD_SIZE = "world_size"  # from version 4: the ranks of the run that saved a run state
-LOADER_KEYS = (KEY_VERSION, KEY_NAME, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_VIEW, KEY_BATCHES)
-GROUP_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_STEP, KEY_POLICY, KEY_ITERATORS)
-RUN_KEYS = (KEY_VERSION, KEY_MODE, KEY_SEED, KEY_CONFIG, KEY_GROUP)
-FLAT_RUN_KEYS = (KEY_VERSION, KEY_MODE, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_ITERATORS)  # versions 1, 2
-#: the largest epoch a state may hold (the epoch seeds a 32-bit shuffle)
-MAX_EPOCH = 2 ** 31 - 1
-_INT_KEYS = (KEY_SEED, KEY_BATCHES)
-_STR_KEYS = (KEY_CONFIG, KEY_MODE, KEY_NAME, KEY_VIEW, KEY_POLICY)
 __all__ = ["STATE_VERSION", "Stateful", "LoaderState", "GroupState", "RunState", "check_step"]
 
 
@@ -73,50 +49,6 @@ class Stateful(Protocol):
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from a ``state_dict()``; raise ConfigError if it does not fit."""
         ...
-
-
-def _check_settings(value: Any, where: str, nested: bool = False) -> Any:
-    """An optional settings summary: a mapping (of mappings when ``nested``) or null."""
-    if value is None:
-        return None
-    if not isinstance(value, dict) or nested and not all(isinstance(item, dict) for item in value.values()):
-        raise ConfigError(where, "expected a mapping of " + ("iterator settings" if nested else "settings"))
-    return value
-
-
-def _check_keys(data: Any, keys: tuple, where: str, what: str, optional: tuple = (KEY_SETTINGS,),
-                elastic: tuple = ()) -> Dict[str, Any]:
-    """The dict ``data`` with exactly ``keys`` (and maybe ``optional``; ``elastic`` from version 4 on), a
-    supported version and values of the right kinds, else ConfigError."""
-    if not isinstance(data, dict):
-        raise ConfigError(where, f"expected a state dict, got {type(data).__name__}")
-    version = data.get(KEY_VERSION, STATE_VERSION)
-    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
-        raise ConfigError(f"{where}.{KEY_VERSION}", f"state version {version!r} is not supported (expected "
-                                                    f"{', '.join(map(str, SUPPORTED_VERSIONS[:-1]))} or "
-                                                    f"{SUPPORTED_VERSIONS[-1]})")
-    keys = keys + (elastic if version >= ELASTIC_VERSION else ())
-    unknown = sorted(set(data) - set(keys) - set(optional))
-    if unknown:
-        shown = ", ".join(key if key.isidentifier() else repr(key) for key in map(str, unknown))
-        raise ConfigError(where, f"unknown keys {shown}; {what} has {', '.join(keys)}"[:300])
-    missing = [key for key in keys if key not in data]
-    if missing:
-        raise ConfigError(where, f"missing keys {', '.join(missing)}")
-    fields = dict(data)
-    if KEY_EPOCH in keys:
-        fields[KEY_EPOCH] = check_int(data[KEY_EPOCH], f"{where}.{KEY_EPOCH}", minimum=1)
-        if fields[KEY_EPOCH] > MAX_EPOCH:
-            raise ConfigError(f"{where}.{KEY_EPOCH}", f"expected at most {MAX_EPOCH}, got {fields[KEY_EPOCH]}")
-    if KEY_STEP in keys:
-        fields[KEY_STEP] = check_int(data[KEY_STEP], f"{where}.{KEY_STEP}", minimum=0)
-    if KEY_WORLD_SIZE in keys:
-        fields[KEY_WORLD_SIZE] = check_int(data[KEY_WORLD_SIZE], f"{where}.{KEY_WORLD_SIZE}")
-    for key in keys:
-        if key in _INT_KEYS + _STR_KEYS and not isinstance(data[key], int if key in _INT_KEYS else str):
-            kind = "an integer" if key in _INT_KEYS else "a string"
-            raise ConfigError(f"{where}.{key}", f"expected {kind}, got {data[key]!r}"[:200])
-    return fields
 
 
 def _loader_states(value: Any, where: str) -> Dict[str, "LoaderState"]:
@@ -136,25 +68,12 @@ def _differences(saved: Any, current: Any, labels: Dict[str, str]) -> List[str]:
         if before == now or before is None:
             continue
         if key == KEY_CONFIG:
-            settings = _settings_differences(saved.settings, current.settings)
+            settings = settings_differences(saved.settings, current.settings)
             found, told = found + settings, told or bool(settings)
         if key in (KEY_CONFIG, KEY_VIEW) and told:
             continue
         found.append(f"{label}: saved {before!r}, now {now!r}")
         told = told or key == KEY_POLICY
-    return found
-
-
-def _settings_differences(saved: Optional[Dict[str, Any]], now: Optional[Dict[str, Any]]) -> List[str]:
-    """Settings that differ; ``{label: summary}`` maps (a run's) are compared label by label."""
-    if saved is None or now is None:
-        return []
-    if not all(isinstance(item, dict) for item in list(saved.values()) + list(now.values())):
-        return summary_differences(saved, now, "configuration: ")
-    found = [f"iterator {label}: {'saved, now absent' if label in saved else 'absent when saved'}"
-             for label in sorted(set(saved) ^ set(now))]
-    for label in sorted(set(saved) & set(now)):
-        found += summary_differences(saved[label], now[label], f"configuration of {label}: ")
     return found
 
 
@@ -193,8 +112,8 @@ class LoaderState:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "LoaderState":
-        fields = _check_keys(data, LOADER_KEYS, where, "a loader state", elastic=(KEY_LAYOUT,))
-        fields[KEY_SETTINGS] = _check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}")
+        fields = check_keys(data, LOADER_KEYS, where, "a loader state", elastic=(KEY_LAYOUT,))
+        fields[KEY_SETTINGS] = check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}")
         if KEY_LAYOUT in fields:
             fields[KEY_LAYOUT] = Layout.from_dict(fields[KEY_LAYOUT], f"{where}.{KEY_LAYOUT}")
         return cls(**fields)
@@ -234,7 +153,7 @@ class GroupState:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "GroupState":
-        fields = _check_keys(data, GROUP_KEYS, where, "a group state", optional=())
+        fields = check_keys(data, GROUP_KEYS, where, "a group state", optional=())
         fields[KEY_ITERATORS] = _loader_states(fields[KEY_ITERATORS], f"{where}.{KEY_ITERATORS}")
         return cls(**fields)
 
@@ -302,7 +221,7 @@ class RunState:
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "RunState":
         flat = isinstance(data, dict) and type(data.get(KEY_VERSION)) is int and data[KEY_VERSION] in (1, 2)
-        fields = _check_keys(data, FLAT_RUN_KEYS if flat else RUN_KEYS, where, "a run state",
+        fields = check_keys(data, FLAT_RUN_KEYS if flat else RUN_KEYS, where, "a run state",
                              elastic=(KEY_WORLD_SIZE,))
         if flat:  # versions 1 and 2: the train group's fields beside the run's
             iterators = _loader_states(fields.pop(KEY_ITERATORS), f"{where}.{KEY_ITERATORS}")
@@ -310,7 +229,7 @@ class RunState:
                                            version=fields[KEY_VERSION])
         else:
             fields[KEY_GROUP] = GroupState.from_dict(fields[KEY_GROUP], f"{where}.{KEY_GROUP}")
-        fields[KEY_SETTINGS] = _check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}", nested=True)
+        fields[KEY_SETTINGS] = check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}", nested=True)
         return cls(**fields)
 
     def check_fits(self, current: "RunState", where: str, source: str) -> None:
