@@ -19,6 +19,11 @@ Both are deterministic in (seed, epoch, step), so a group resumes exactly from
 ``(epoch, step)``. Its state (speechiter.state.GroupState) holds each
 iterator's state at that iterator's own position (``own_position``), and a
 state whose positions disagree with the group's (epoch, step) is refused.
+Each iterator's state carries the layout of its epoch, so a group resumes on
+another layout too (NOTE [ Elastic resume ] in speechiter/iterator/elastic.py):
+under ``shortest`` the continued epoch has the steps the saved run planned;
+``longest`` needs every epoch of the same length, so a resume whose continued
+epoch has another length than the next ones (a changed ngpu) is refused.
 """
 import dataclasses
 from typing import Any, Dict, Iterable, Iterator as PyIterator, List, Mapping, Optional, Tuple, Union
@@ -97,19 +102,23 @@ class GroupLoader:
                 raise ConfigError(f"iterators.{name}", f"expected an Iterator, got {type(iterator).__name__}")
         self.iterators: Dict[Any, Iterator] = dict(group)
         self.policy: str = check_choice(policy_of(group) if steps is None else steps, "steps", STEPS_POLICIES)
-        self.steps = steps_per_epoch((len(iterator) for iterator in self.iterators.values()), self.policy)
         self.prefetch_next = prefetch_next
         self.loaders: Dict[Any, List] = {}
         self.start_at(check_int(epoch, "epoch"), check_int(start_step, "start_step", minimum=0))
 
     def start_at(self, epoch: int, start_step: int, where: str = "start_step"):
         """Go to step ``start_step`` of ``epoch`` (a ConfigError at ``where`` past the epoch's end)."""
+        self.steps = self.epoch_steps(epoch)
         check_step(start_step, self.steps, epoch, where)
         self.epoch, self.start_step, self.step = epoch, start_step, start_step
 
     def __len__(self):
         """Steps left in this epoch."""
         return self.steps - self.start_step
+
+    def epoch_steps(self, epoch: int) -> int:
+        """Steps of ``epoch`` under the policy (an epoch continued from another layout may differ)."""
+        return steps_per_epoch((it.epoch_len(epoch) for it in self.iterators.values()), self.policy)
 
     # --- the plan -----------------------------------------------------------------
     def segments(self, name) -> List[Segment]:
@@ -133,9 +142,10 @@ class GroupLoader:
         if self.policy != "shortest":
             return result
         for name, iterator in self.iterators.items():
-            if len(iterator) > self.steps:
+            size = iterator.epoch_len(self.epoch)
+            if size > self.steps:
                 plan = iterator.epoch_tasks(self.epoch, self.steps).batches
-                result[name] = (len(iterator) - self.steps, int(plan.sizes()[self.steps:].sum()))
+                result[name] = (size - self.steps, int(plan.sizes()[self.steps:].sum()))
         return result
 
     # --- iteration ------------------------------------------------------------------
@@ -164,10 +174,12 @@ class GroupLoader:
                 stream.close()
 
     # --- state ----------------------------------------------------------------------
-    def state_at(self, epoch: int, step: int) -> GroupState:
-        """The group's state when ``step`` steps of ``epoch`` are done: each iterator at its own position."""
+    def state_at(self, epoch: int, step: int, steps: Optional[int] = None) -> GroupState:
+        """The group's state when ``step`` steps of ``epoch`` are done: each iterator at its own position
+        (``steps``: the epoch's steps, by default this loader's)."""
+        steps = self.steps if steps is None else steps
         return GroupState(epoch, step, self.policy, {
-            str(name): LoaderState.of(it, *own_position(epoch, step, len(it), self.steps, self.policy))
+            str(name): LoaderState.of(it, *own_position(epoch, step, len(it), steps, self.policy))
             for name, it in self.iterators.items()})
 
     def state(self) -> GroupState:
@@ -175,11 +187,33 @@ class GroupLoader:
         return self.state_at(self.epoch, self.step)
 
     def load_state(self, saved: GroupState, where: str = "state") -> None:
-        """Continue from ``saved``: the next step is the one after it. Raises a ConfigError (at ``where``)
-        if it belongs to another group or configuration, or its positions disagree."""
+        """Continue from ``saved``: the next step is the one after it, on this group's layout (see NOTE
+        [ Group steps ]). Raises a ConfigError (at ``where``) if it belongs to another group or
+        configuration, or its positions disagree."""
         iterators = {str(name): it for name, it in self.iterators.items()}
-        saved.check_fits(self.state_at(saved.epoch, saved.step), iterators, self.steps, where)
+        saved.check_setup(self.state_at(saved.epoch, saved.step), iterators, where)
+        try:
+            for name, iterator in iterators.items():
+                iterator.continue_from(saved.iterators[name])
+            self._check_longest(saved, iterators, where)
+            steps = self.epoch_steps(saved.epoch)
+            saved.check_positions(self.state_at(saved.epoch, saved.step, steps), steps, where)
+        except ConfigError:
+            for iterator in iterators.values():
+                iterator.continue_epoch(saved.epoch, None)
+            raise
         self.start_at(saved.epoch, saved.step, f"{where}.step")
+
+    def _check_longest(self, saved: GroupState, iterators: Dict[str, Iterator], where: str) -> None:
+        """``longest`` walks every iterator through epochs of one length (see NOTE [ Group steps ])."""
+        if self.policy != "longest":
+            return
+        for name, iterator in iterators.items():
+            epoch = saved.iterators[name].epoch
+            if iterator.epoch_len(epoch) != len(iterator):
+                raise ConfigError(f"{where}.iterators.{name}.layout", f"steps: longest cannot continue epoch {epoch} "
+                                  f"of {name} on a layout that changes its length: {iterator.epoch_len(epoch)} "
+                                  f"batches under {iterator.layout_of(epoch)}, {len(iterator)} under {iterator.layout}")
 
     def state_dict(self) -> Dict[str, Any]:
         """Where this group stands (a GroupState as a dict): resume with :meth:`load_state_dict`."""

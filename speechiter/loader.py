@@ -54,12 +54,20 @@ class Loader:
         return LoaderState.of(self.iterator, self.epoch, self.step).to_dict()
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue from a saved state: the next batch is the one after it.
+        """Continue from a saved state: the next batch is the one after it, the rest of its epoch as
+        the saved run planned it when saved on another layout (ranks, ngpu; see NOTE [ Elastic resume ]
+        in speechiter/iterator/elastic.py).
 
         Raises a ConfigError if the state is malformed or belongs to another configuration.
         """
         saved = LoaderState.from_dict(state)
-        saved.check_fits(self.iterator)
+        saved.check_setup(self.iterator)
+        self.iterator.continue_from(saved)  # See NOTE [ Elastic resume ]
+        try:
+            saved.check_fits(self.iterator)
+        except Exception:
+            self.iterator.continue_epoch(saved.epoch, None)
+            raise
         self._start_at(saved.epoch, saved.step)
 
     def __len__(self):

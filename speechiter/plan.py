@@ -13,10 +13,15 @@ here is checked on resume with no other code:
 
 - ``False``: the state saves and checks it under a key of its own (``seed``;
   ``name``, the state's ``iterator``);
-- a predicate of the plan: the field counts only where it shapes the batches
-  (``evaluation`` splits batches only among several ranks). An option added
-  later takes one that is false at its default, so that states saved before
-  the option existed still fit.
+- a predicate of the plan: the field counts only where it is true. An option
+  added later takes one that is false at its default, so that states saved
+  before the option existed still fit.
+
+The layout (``ngpu``, ``rank``, ``world_size``) does not count: a state saves
+the layout of its epoch under ``layout``, and a resume may change it (see
+speechiter/iterator/elastic.py). States of versions 1 to 3 hold the legacy
+fingerprint, where it counted: a field's ``legacy`` metadata, when present,
+says how it counted there (``settings(legacy=True)``).
 
 The fields' order is the summary's order (settings_summary turns what is past
 its size limit into a digest); the values are the checked options, JSON-able.
@@ -37,9 +42,14 @@ MAX_SEED = 2 ** 31 - 1
 Files = Union[str, List[str]]
 
 
-def _option(default: Any, counts: Union[bool, Callable[["BatchPlan"], bool]]):
-    """A field that counts in the fingerprint as ``counts`` says (see NOTE [ Plan fingerprint ])."""
-    return dataclasses.field(default=default, metadata={"fingerprint": counts})
+Counts = Union[bool, Callable[["BatchPlan"], bool]]
+
+
+def _option(default: Any, counts: Counts, legacy: Optional[Counts] = None):
+    """A field that counts in the fingerprint as ``counts`` says, and in the legacy one (states of versions
+    1 to 3) as ``legacy`` says when given (see NOTE [ Plan fingerprint ])."""
+    metadata = {"fingerprint": counts} if legacy is None else {"fingerprint": counts, "legacy": legacy}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +66,12 @@ class BatchPlan:
     group_info: Optional[Dict[str, Files]] = None
     is_descending: Optional[bool] = True
     shuffle: bool = True
-    ngpu: int = 1
-    rank: int = 0
-    world_size: int = 1
+    ngpu: int = _option(1, False, legacy=True)
+    rank: int = _option(0, False, legacy=True)
+    world_size: int = _option(1, False, legacy=True)
     iter_conf: Dict[str, Any] = dataclasses.field(default_factory=dict)  # batches_generate_fn's options
-    evaluation: bool = _option(False, lambda plan: plan.evaluation and plan.world_size > 1)
+    evaluation: bool = _option(False, lambda plan: plan.evaluation,
+                               legacy=lambda plan: plan.evaluation and plan.world_size > 1)
     seed: int = _option(0, False)
     name: str = _option("", False)  # names the iterator in reports and its random stream
 
@@ -86,24 +97,27 @@ class BatchPlan:
         apart per iterator name, and per rank."""
         return stream_id(self.name) + self.rank
 
-    def settings(self) -> Dict[str, Any]:
-        """``{field: value}`` of the fields that count (see NOTE [ Plan fingerprint ])."""
+    def settings(self, legacy: bool = False) -> Dict[str, Any]:
+        """``{field: value}`` of the fields that count (see NOTE [ Plan fingerprint ]); ``legacy``: those
+        of states of versions 1 to 3."""
         settings = {}
         for field in dataclasses.fields(self):
             counts = field.metadata.get("fingerprint", True)
+            if legacy:
+                counts = field.metadata.get("legacy", counts)
             if callable(counts):
                 counts = counts(self)
             if counts:
                 settings[field.name] = getattr(self, field.name)
         return settings
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, legacy: bool = False) -> str:
         """A short digest of :meth:`settings`, saved in states and compared on resume."""
-        return fingerprint(self.settings())
+        return fingerprint(self.settings(legacy))
 
-    def summary(self) -> Dict[str, Any]:
+    def summary(self, legacy: bool = False) -> Dict[str, Any]:
         """:meth:`settings`, readable: what a state says changed (see speechiter.state.settings_summary)."""
-        return settings_summary(self.settings())
+        return settings_summary(self.settings(legacy))
 
 
 def qualified_name(cls: type) -> str:

@@ -19,12 +19,12 @@ from speechiter.build import build_iterators, close_all, flat_iterators
 from speechiter.config import iterator_label, load_config
 from speechiter.dump import DumpWriter, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
-from speechiter.group import GroupLoader, group_steps, policy_of
+from speechiter.group import GroupLoader, group_steps
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
-from speechiter.fingerprints import fingerprint
-from speechiter.state import GroupState, RunState
-from speechiter.user_files import check_output, read_json, write_json_atomic
+from speechiter.state import GroupState
+from speechiter.state_files import StateFiles
+from speechiter.user_files import check_output
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,39 +72,28 @@ class CommandLineRun:
     def __init__(self, args, iterators: Dict, rank: int = 0, world_size: int = 1):
         self.args = args
         self.iterators = iterators
-        self.rank = rank
+        self.rank, self.world_size = rank, world_size
         self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers,
                                  "thread_type": args.thread_type, "out_type": args.out_type, "seed": args.seed,
                                  "ngpu": args.ngpu, "distributed": args.distributed})
         self.report.rank, self.report.world_size = rank, world_size
         self.dump = DumpWriter(args.dump_batches, rank, args.distributed) if args.dump_batches else None
-        self.state_path = rank_path(args.save_state, rank) if args.save_state and args.distributed else args.save_state
-        configs = {label: it.config_fingerprint for label, it in flat_iterators(iterators)}
-        if "train" in iterators and policy_of(iterators["train"]) != "shortest":
-            configs["train.steps"] = policy_of(iterators["train"])  # shortest keeps the saved fingerprints
-        self.config_fingerprint = fingerprint(configs)
-        self.settings = {label: it.config_summary for label, it in flat_iterators(iterators)}
+        self.states = StateFiles(iterators, args.seed, args.save_state, args.distributed, rank, world_size)
         self.resumed: Optional[GroupLoader] = None  # the train group where --resume put it
 
-    def state(self, train: GroupState) -> RunState:
-        """The run's state with the train group at ``train``."""
-        return RunState(seed=self.args.seed, config=self.config_fingerprint, train=train, settings=self.settings)
-
     def resume(self, path: str):
-        """Continue from a --save_state file: the train group loads its state, after checking it fits this run."""
-        path = rank_path(path, self.rank) if self.args.distributed else path
-        saved = RunState.from_dict(read_json(path, "--resume"), "--resume")
+        """Continue from --save_state files (see NOTE [ State files ] in speechiter/state_files.py)."""
         train = GroupLoader(self.iterators["train"])
-        saved.check_fits(self.state(train.state_at(saved.epoch, saved.step)), "--resume", path)
-        train.load_state(saved.train, f"--resume {path}: train")
+        source, saved = self.states.resume(path, train)
         if saved.epoch > self.args.epochs:
-            print(f"speechiter: {path} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
+            print(f"speechiter: {source} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
                   file=sys.stderr)
         self.resumed = train
 
-    def save_state(self, train: GroupState):
-        if self.state_path:
-            write_json_atomic(self.state_path, self.state(train).to_dict())
+    def save_state(self, train: GroupState, first: bool = False):
+        if self.dump is not None and self.states.path:
+            self.dump.file.flush()  # the dump holds every step the state counts as done
+        self.states.save(train, first)
 
     def first_train_loader(self) -> GroupLoader:
         """The train group at --resume's position, else at --start_epoch / --start_step."""
@@ -116,6 +105,7 @@ class CommandLineRun:
 
     def train(self):
         first = self.first_train_loader()
+        self.save_state(first.state(), first=True)
         for epoch in range(first.epoch, self.args.epochs + 1):
             last = epoch == self.args.epochs
             loader = first if epoch == first.epoch else GroupLoader(self.iterators["train"], epoch)

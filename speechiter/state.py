@@ -14,44 +14,27 @@ States nest by level, each a small frozen record with a version:
 
 ``to_dict`` gives the JSON-able form (the keys below); ``from_dict`` checks a
 saved dict and raises a ConfigError naming the bad key; ``check_fits`` says what
-differs from the current setup. Versions: 1 has no settings summaries; in 2 a
-group's iterator states hold the group's (epoch, step) and a run state is flat
-(``epoch``, ``step``, ``iterators`` beside ``seed``); both still load. The
-Python API (``Loader`` / ``GroupLoader.state_dict``) and the CLI
-(``--save_state`` / ``--resume``) share these records. Resuming costs O(1):
-the plan is recomputed and cut at the step; no skipped batch is read.
+differs from the current setup. Versions: 1 has no settings summaries; 2 has a
+flat run state (``epoch``, ``step``, ``iterators`` beside ``seed``); in 1 to 3
+the fingerprints include the layout (ranks, ngpu), so those states resume on
+the same layout only; 4 saves the layout of the epoch apart (``layout``) and
+resumes on any (NOTE [ Elastic resume ] in speechiter/iterator/elastic.py).
+All load (speechiter/state_keys.py checks a saved dict). The Python API (``Loader`` / ``GroupLoader.state_dict``) and the CLI
+(``--save_state`` / ``--resume``, speechiter/state_files.py) share these
+records. Resuming costs O(1) batches: the plan is recomputed and cut at the
+step; no skipped batch is read.
 """
 import dataclasses
 from typing import Any, Dict, List, Optional, Protocol, runtime_checkable
 
-from speechiter.checks import check_int
 from speechiter.errors import ConfigError
-from speechiter.fingerprints import summary_differences
+from speechiter.fingerprints import settings_differences
+from speechiter.iterator.elastic import Layout
+from speechiter.state_keys import (ELASTIC_VERSION, FLAT_RUN_KEYS, GROUP_KEYS, KEY_BATCHES, KEY_CONFIG, KEY_EPOCH,
+                                   KEY_GROUP, KEY_ITERATORS, KEY_LAYOUT, KEY_MODE, KEY_NAME, KEY_POLICY, KEY_SEED,
+                                   KEY_SETTINGS, KEY_SOURCES, KEY_STEP, KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE, LOADER_KEYS,
+                                   RUN_KEYS, STATE_VERSION, check_keys, check_settings)
 
-STATE_VERSION = 3
-SUPPORTED_VERSIONS = (1, 2, 3)  # 1: no settings summary; 2: group positions and a flat run state (see above)
-KEY_VERSION = "version"
-KEY_NAME = "iterator"
-KEY_EPOCH = "epoch"
-KEY_STEP = "step"
-KEY_SEED = "seed"
-KEY_CONFIG = "config"
-KEY_VIEW = "view"
-KEY_BATCHES = "batches"
-KEY_MODE = "mode"
-KEY_ITERATORS = "iterators"
-KEY_POLICY = "steps"
-KEY_GROUP = "train"  # the train group's state in a run state
-KEY_SETTINGS = "settings"  # optional: absent in version 1 files
-KEY_SOURCES = "sources"  # a mixed iterator's corpora, each at its own position (speechiter/iterator/mix.py)
-LOADER_KEYS = (KEY_VERSION, KEY_NAME, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_VIEW, KEY_BATCHES)
-GROUP_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_STEP, KEY_POLICY, KEY_ITERATORS)
-RUN_KEYS = (KEY_VERSION, KEY_MODE, KEY_SEED, KEY_CONFIG, KEY_GROUP)
-FLAT_RUN_KEYS = (KEY_VERSION, KEY_MODE, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_ITERATORS)  # versions 1, 2
-#: the largest epoch a state may hold (the epoch seeds a 32-bit shuffle)
-MAX_EPOCH = 2 ** 31 - 1
-_INT_KEYS = (KEY_SEED, KEY_BATCHES)
-_STR_KEYS = (KEY_CONFIG, KEY_MODE, KEY_NAME, KEY_VIEW, KEY_POLICY)
 __all__ = ["STATE_VERSION", "Stateful", "LoaderState", "GroupState", "RunState", "check_step"]
 
 
@@ -66,46 +49,6 @@ class Stateful(Protocol):
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from a ``state_dict()``; raise ConfigError if it does not fit."""
         ...
-
-
-def _check_settings(value: Any, where: str, nested: bool = False) -> Any:
-    """An optional settings summary: a mapping (of mappings when ``nested``) or null."""
-    if value is None:
-        return None
-    if not isinstance(value, dict) or nested and not all(isinstance(item, dict) for item in value.values()):
-        raise ConfigError(where, "expected a mapping of " + ("iterator settings" if nested else "settings"))
-    return value
-
-
-def _check_layout(data: Any, keys: tuple, where: str, what: str, optional: tuple = (KEY_SETTINGS,)) -> Dict[str, Any]:
-    """The dict ``data`` with exactly ``keys`` (and maybe ``optional``), a supported version and values of
-    the right kinds, else ConfigError."""
-    if not isinstance(data, dict):
-        raise ConfigError(where, f"expected a state dict, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(keys) - set(optional))
-    if unknown:
-        shown = ", ".join(key if key.isidentifier() else repr(key) for key in map(str, unknown))
-        raise ConfigError(where, f"unknown keys {shown}; {what} has {', '.join(keys)}"[:300])
-    missing = [key for key in keys if key not in data]
-    if missing:
-        raise ConfigError(where, f"missing keys {', '.join(missing)}")
-    version = data[KEY_VERSION]
-    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
-        raise ConfigError(f"{where}.{KEY_VERSION}", f"state version {version!r} is not supported (expected "
-                                                    f"{', '.join(map(str, SUPPORTED_VERSIONS[:-1]))} or "
-                                                    f"{SUPPORTED_VERSIONS[-1]})")
-    fields = dict(data)
-    if KEY_EPOCH in keys:
-        fields[KEY_EPOCH] = check_int(data[KEY_EPOCH], f"{where}.{KEY_EPOCH}", minimum=1)
-        if fields[KEY_EPOCH] > MAX_EPOCH:
-            raise ConfigError(f"{where}.{KEY_EPOCH}", f"expected at most {MAX_EPOCH}, got {fields[KEY_EPOCH]}")
-    if KEY_STEP in keys:
-        fields[KEY_STEP] = check_int(data[KEY_STEP], f"{where}.{KEY_STEP}", minimum=0)
-    for key in keys:
-        if key in _INT_KEYS + _STR_KEYS and not isinstance(data[key], int if key in _INT_KEYS else str):
-            kind = "an integer" if key in _INT_KEYS else "a string"
-            raise ConfigError(f"{where}.{key}", f"expected {kind}, got {data[key]!r}"[:200])
-    return fields
 
 
 def _loader_states(value: Any, where: str) -> Dict[str, "LoaderState"]:
@@ -125,31 +68,13 @@ def _differences(saved: Any, current: Any, labels: Dict[str, str]) -> List[str]:
         if before == now or before is None:
             continue
         if key == KEY_CONFIG:
-            settings = _settings_differences(saved.settings, current.settings)
+            settings = settings_differences(saved.settings, current.settings)
             found, told = found + settings, told or bool(settings)
         if key in (KEY_CONFIG, KEY_VIEW) and told:
             continue
         found.append(f"{label}: saved {before!r}, now {now!r}")
         told = told or key == KEY_POLICY
     return found
-
-
-def _settings_differences(saved: Optional[Dict[str, Any]], now: Optional[Dict[str, Any]]) -> List[str]:
-    """Settings that differ; ``{label: summary}`` maps (a run's) are compared label by label."""
-    if saved is None or now is None:
-        return []
-    if not all(isinstance(item, dict) for item in list(saved.values()) + list(now.values())):
-        return summary_differences(saved, now, "configuration: ")
-    found = [f"iterator {label}: {'saved, now absent' if label in saved else 'absent when saved'}"
-             for label in sorted(set(saved) ^ set(now))]
-    for label in sorted(set(saved) & set(now)):
-        found += summary_differences(saved[label], now[label], f"configuration of {label}: ")
-    return found
-
-
-def _record(fields) -> Dict[str, Any]:
-    """A state's fields as a dict, without ``sources`` where it is None (any iterator but a mix)."""
-    return {key: value for key, value in fields if key != KEY_SOURCES or value is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,45 +85,66 @@ class LoaderState:
     epoch: int
     step: int  # steps of the epoch already consumed
     seed: int
-    config: str  # Iterator.config_fingerprint
-    view: str  # Iterator.view_fingerprint()
-    batches: int  # batches in the iterator's view
+    config: str  # Iterator.config_fingerprint (versions 1 to 3: the legacy one, with the layout)
+    view: str  # Iterator.view_fingerprint(): of the base view (versions 1 to 3: of the rank's view)
+    batches: int  # batches in that view
     settings: Optional[Dict[str, Any]] = None  # settings_summary of the configuration (None in version 1)
+    layout: Optional[Layout] = None  # the layout of the epoch (None before version 4: the iterator's own)
     version: int = STATE_VERSION
     sources: Optional[Dict[str, "LoaderState"]] = None  # a mix's corpora (absent from the dict when None)
 
     @classmethod
-    def of(cls, iterator, epoch: int, step: int) -> "LoaderState":
+    def of(cls, iterator, epoch: int, step: int, version: int = STATE_VERSION) -> "LoaderState":
+        """``iterator``'s state at (epoch, step), with the fingerprints a state of ``version`` holds."""
+        if version < ELASTIC_VERSION:  # the legacy fingerprints, with the layout
+            return cls(iterator=iterator.name, epoch=epoch, step=step, seed=iterator.seed,
+                       config=iterator.plan.fingerprint(legacy=True), view=iterator.view_fingerprint(legacy=True),
+                       batches=len(iterator.batches), settings=iterator.plan.summary(legacy=True), version=version)
         sources = getattr(iterator, "source_states", None)
         return cls(iterator=iterator.name, epoch=epoch, step=step, seed=iterator.seed,
-                   config=iterator.config_fingerprint, view=iterator.view_fingerprint(), batches=len(iterator.batches),
-                   settings=getattr(iterator, "config_summary", None), sources=sources and sources(epoch, step))
+                   config=iterator.config_fingerprint, view=iterator.view_fingerprint(),
+                   batches=iterator.base_batches(), settings=iterator.config_summary,
+                   layout=iterator.layout_of(epoch), version=version, sources=sources and sources(epoch, step))
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self, dict_factory=_record)
+        data = dataclasses.asdict(self)
+        if self.version < ELASTIC_VERSION:
+            del data[KEY_LAYOUT]
+        if self.sources is None:
+            del data[KEY_SOURCES]
+        else:
+            data[KEY_SOURCES] = {name: state.to_dict() for name, state in self.sources.items()}
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "LoaderState":
-        fields = _check_layout(data, LOADER_KEYS, where, "a loader state", optional=(KEY_SETTINGS, KEY_SOURCES))
-        fields[KEY_SETTINGS] = _check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}")
+        fields = check_keys(data, LOADER_KEYS, where, "a loader state", optional=(KEY_SETTINGS, KEY_SOURCES),
+                            elastic=(KEY_LAYOUT,))
+        fields[KEY_SETTINGS] = check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}")
         if fields.get(KEY_SOURCES) is not None:
             fields[KEY_SOURCES] = _loader_states(fields[KEY_SOURCES], f"{where}.{KEY_SOURCES}")
+        if KEY_LAYOUT in fields:
+            fields[KEY_LAYOUT] = Layout.from_dict(fields[KEY_LAYOUT], f"{where}.{KEY_LAYOUT}")
         return cls(**fields)
 
     def check_setup(self, iterator, where: str = "state") -> None:
         """Raise a ConfigError naming every difference from ``iterator``'s current setup."""
         labels = {KEY_NAME: "iterator", KEY_SEED: "seed", KEY_CONFIG: "configuration", KEY_VIEW: "batching view",
                   KEY_BATCHES: "number of batches"}
-        differences = _differences(self, LoaderState.of(iterator, self.epoch, self.step), labels)
+        differences = _differences(self, LoaderState.of(iterator, self.epoch, self.step, self.version), labels)
+        if differences and self.layout is not None and self.layout.ngpu != iterator.ngpu and (
+                self.view != iterator.view_fingerprint()):
+            differences.append(f"the batching rule depends on ngpu, saved {self.layout.ngpu}, now {iterator.ngpu}")
         if differences:
             raise ConfigError(where, "the state was saved with a different setup (" + "; ".join(differences) + ")")
         if hasattr(iterator, "check_sources"):
             iterator.check_sources(self.sources, self.epoch, self.step, f"{where}.{KEY_SOURCES}")
 
     def check_fits(self, iterator, where: str = "state") -> None:
-        """check_setup, and raise a ConfigError if the step is past the end of the epoch."""
+        """check_setup, and raise a ConfigError if the step is past the end of the epoch (as the iterator
+        plans it: after its ``continue_epoch`` with this state's layout)."""
         self.check_setup(iterator, where)
-        check_step(self.step, len(iterator), self.epoch, f"{where}.{KEY_STEP}")
+        check_step(self.step, iterator.epoch_len(self.epoch), self.epoch, f"{where}.{KEY_STEP}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,18 +159,18 @@ class GroupState:
     version: int = STATE_VERSION
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self, dict_factory=_record)
+        return {KEY_VERSION: self.version, KEY_EPOCH: self.epoch, KEY_STEP: self.step, KEY_POLICY: self.steps,
+                KEY_ITERATORS: {name: state.to_dict() for name, state in self.iterators.items()}}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "GroupState":
-        fields = _check_layout(data, GROUP_KEYS, where, "a group state", optional=())
+        fields = check_keys(data, GROUP_KEYS, where, "a group state", optional=())
         fields[KEY_ITERATORS] = _loader_states(fields[KEY_ITERATORS], f"{where}.{KEY_ITERATORS}")
         return cls(**fields)
 
-    def check_fits(self, current: "GroupState", iterators: Dict[str, Any], steps: int, where: str = "state") -> None:
-        """Raise a ConfigError unless this state fits the group whose state at (epoch, step) is ``current``:
-        the same policy and iterators (``{str(name): Iterator}``, each with the same setup), the step
-        within the epoch's ``steps``, and each iterator's saved position the one the group's implies."""
+    def check_setup(self, current: "GroupState", iterators: Dict[str, Any], where: str = "state") -> None:
+        """Raise a ConfigError unless this state was saved by a group like ``current``'s: the same policy
+        and iterators (``{str(name): Iterator}``), each with the same setup."""
         if self.steps is not None and self.steps != current.steps:
             raise ConfigError(f"{where}.{KEY_POLICY}", f"saved with steps: {self.steps}, "
                                                        f"this group has {current.steps}")
@@ -233,6 +179,10 @@ class GroupState:
                                                           f"this group has {sorted(iterators)}")
         for name, iterator in iterators.items():
             self.iterators[name].check_setup(iterator, f"{where}.{KEY_ITERATORS}.{name}")
+
+    def check_positions(self, current: "GroupState", steps: int, where: str = "state") -> None:
+        """Raise a ConfigError unless the step is within the epoch's ``steps`` and each iterator's saved
+        position is the one the group's implies (``current``: the group's state at this (epoch, step))."""
         check_step(self.step, steps, self.epoch, f"{where}.{KEY_STEP}")
         for name, saved in self.iterators.items():
             # version 2 saved the group's position in every iterator's state
@@ -241,6 +191,12 @@ class GroupState:
                 raise ConfigError(f"{where}.{KEY_ITERATORS}.{name}", f"at epoch {saved.epoch} step {saved.step}, "
                                   f"but the group's epoch {self.epoch} step {self.step} puts it at epoch "
                                   f"{expected.epoch} step {expected.step}")
+
+    def check_fits(self, current: "GroupState", iterators: Dict[str, Any], steps: int, where: str = "state") -> None:
+        """check_setup and check_positions: this state fits the group whose state at (epoch, step) is
+        ``current`` and whose epoch has ``steps`` steps."""
+        self.check_setup(current, iterators, where)
+        self.check_positions(current, steps, where)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +208,7 @@ class RunState:
     train: GroupState
     mode: str = "train"
     settings: Optional[Dict[str, Dict[str, Any]]] = None  # {label: settings_summary} of every iterator of the run
+    world_size: Optional[int] = None  # the ranks of the run that saved it, one state file each (from version 4)
     version: int = STATE_VERSION
 
     @property
@@ -267,19 +224,23 @@ class RunState:
         return self.train.steps
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self, dict_factory=_record)
+        data = dict(dataclasses.asdict(self), train=self.train.to_dict())
+        if self.version < ELASTIC_VERSION:
+            del data[KEY_WORLD_SIZE]
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> "RunState":
         flat = isinstance(data, dict) and type(data.get(KEY_VERSION)) is int and data[KEY_VERSION] in (1, 2)
-        fields = _check_layout(data, FLAT_RUN_KEYS if flat else RUN_KEYS, where, "a run state")
+        fields = check_keys(data, FLAT_RUN_KEYS if flat else RUN_KEYS, where, "a run state",
+                             elastic=(KEY_WORLD_SIZE,))
         if flat:  # versions 1 and 2: the train group's fields beside the run's
             iterators = _loader_states(fields.pop(KEY_ITERATORS), f"{where}.{KEY_ITERATORS}")
             fields[KEY_GROUP] = GroupState(fields.pop(KEY_EPOCH), fields.pop(KEY_STEP), None, iterators,
                                            version=fields[KEY_VERSION])
         else:
             fields[KEY_GROUP] = GroupState.from_dict(fields[KEY_GROUP], f"{where}.{KEY_GROUP}")
-        fields[KEY_SETTINGS] = _check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}", nested=True)
+        fields[KEY_SETTINGS] = check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}", nested=True)
         return cls(**fields)
 
     def check_fits(self, current: "RunState", where: str, source: str) -> None:

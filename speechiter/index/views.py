@@ -58,18 +58,20 @@ def _key(iterator, sorted_ids) -> Optional[dict]:
         code = _code_key()
     except (TypeError, ValueError, OSError, AttributeError):
         return None
-    return {"sort": digest, "hook": _hook_name(iterator), "version": __version__, "code": code,
+    return {"entry": 2, "sort": digest, "hook": _hook_name(iterator), "version": __version__, "code": code,
             "iter_conf": options, "ngpu": plan.ngpu, "rank": plan.rank, "world_size": plan.world_size,
             "descending": plan.is_descending is not False, "evaluation": bool(plan.evaluation)}
 
 
 def planned_view(iterator, sorted_ids, iter_conf: dict):
-    """This rank's view, ``iterator._distribute(iterator._generate_view(sorted_ids, iter_conf))``, mapped
-    from the cache when it is there (See NOTE [ Plan cache ] in speechiter/index/__init__.py)."""
+    """``(this rank's view, the base view)``: ``iterator._generate_view(sorted_ids, iter_conf)`` and its
+    ``iterator._distribute``, mapped from the cache when they are there (See NOTE [ Plan cache ] in
+    speechiter/index/__init__.py)."""
     from speechiter.iterator.view import BatchView
 
     def make():
-        return iterator._distribute(iterator._generate_view(sorted_ids, iter_conf))
+        base = iterator._generate_view(sorted_ids, iter_conf)
+        return iterator._distribute(base), base
 
     key = _key(iterator, sorted_ids) if store.enabled() else None
     if key is None:
@@ -77,17 +79,30 @@ def planned_view(iterator, sorted_ids, iter_conf: dict):
     path = store.entry_path("view", hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest())
     entry = store.open_entry(path, key)
     if entry is None:
-        view = make()
-        arrays = {"bounds": view.bounds}
-        same = len(view.ids) == len(sorted_ids.array) and np.array_equal(view.ids, sorted_ids.array)
-        if not same:
-            arrays["ids"] = view.ids
-        if view.padding is not None:
-            arrays["padding"] = view.padding
+        view, base = make()
+        arrays = _arrays(view, sorted_ids, "")
+        if base is not view:
+            arrays.update(_arrays(base, sorted_ids, "base_"))
         if not store.write_entry(path, key, arrays):
-            return view
+            return view, base
         entry = store.open_entry(path, key)
         if entry is None:  # pragma: no cover - removed between the write and the read
-            return view
+            return view, base
     arrays = entry[1]
-    return BatchView(arrays.get("ids", sorted_ids.array), arrays["bounds"], arrays.get("padding"))
+
+    def view_of(prefix: str) -> BatchView:
+        return BatchView(arrays.get(prefix + "ids", sorted_ids.array), arrays[prefix + "bounds"],
+                         arrays.get(prefix + "padding"))
+
+    view = view_of("")
+    return view, (view_of("base_") if "base_bounds" in arrays else view)
+
+
+def _arrays(view, sorted_ids, prefix: str) -> dict:
+    """A view's arrays to store under ``prefix``: its ids only where they are not the sorted ids."""
+    arrays = {prefix + "bounds": view.bounds}
+    if not (len(view.ids) == len(sorted_ids.array) and np.array_equal(view.ids, sorted_ids.array)):
+        arrays[prefix + "ids"] = view.ids
+    if view.padding is not None:
+        arrays[prefix + "padding"] = view.padding
+    return arrays

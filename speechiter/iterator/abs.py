@@ -3,12 +3,14 @@
 The keyword arguments become two frozen values: a :class:`speechiter.plan.BatchPlan` (what the batches are; its
 fingerprint guards resumes) and a :class:`speechiter.engine.EngineSettings` (how they are loaded). The plan:
 
-    Dataset -> data_len, group_info -> sort -> batches_generate_fn -> as_view -> ngpu, rank share = the view
+    Dataset -> data_len, group_info -> sort -> batches_generate_fn -> as_view = the base view
+    -> ngpu rule, rank share = the view
 
 Each epoch, :meth:`Iterator.build_loader` clips the view to ``batches_per_epoch``, shuffles it (NOTE [ Epoch
 shuffle ] in shuffle.py), cuts it at ``start_step`` and hands the tasks to the engine, which builds them with
 :meth:`Iterator.reader`. Subclasses override :meth:`batches_generate_fn` (and :meth:`budgets_longest` for a
-hard bound). The view steps are in view.py, lengths and the sort in lengths.py.
+hard bound). The view steps are in view.py, lengths and the sort in lengths.py, an epoch begun under another
+layout in elastic.py (NOTE [ Elastic resume ]).
 """
 import dataclasses
 import weakref
@@ -20,16 +22,15 @@ from speechiter.checks import check_bool, check_int
 from speechiter.dataset.abs import Dataset
 from speechiter.dataset.reader import DatasetReader
 from speechiter.engine import Engine, EngineSettings, make_engine
-from speechiter.errors import ConfigError, DataError
-from speechiter.fingerprints import view_fingerprint
+from speechiter.errors import DataError
 from speechiter.ids import Column, SortedIds
 from speechiter.index.views import planned_view  # See NOTE [ Plan cache ] in speechiter/index/__init__.py
 from speechiter.iterator.distributed import resolve_rank, share_view
+from speechiter.iterator.epochs import EpochPlans
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
 from speechiter.iterator.shuffle import EpochShuffle
-from speechiter.iterator.tasks import EpochTasks, check_epoch, check_plan_size
-from speechiter.iterator.view import (Batches, BatchView, as_view, batches_from_bounds, clip_batches,
-                                      is_vectorised, vectorised)
+from speechiter.iterator.tasks import check_plan_size
+from speechiter.iterator.view import Batches, BatchView, as_view, batches_from_bounds, is_vectorised, vectorised
 from speechiter.paths import FILES, NAMED_FILES
 from speechiter.plan import BatchPlan, qualified_name
 
@@ -39,7 +40,7 @@ def _plan_option(name: str) -> property:
     return property(lambda self: getattr(self.plan, name), doc=f"The plan's {name} (see speechiter.plan.BatchPlan).")
 
 
-class Iterator:
+class Iterator(EpochPlans):
     """Base iterator: batches of a fixed number of utterances (``batch_size``).
 
     Args:
@@ -121,7 +122,8 @@ class Iterator:
 
     # --- construction ----------------------------------------------------------
     def _make_view(self):
-        """Lengths and group_info -> sort -> batches_generate_fn -> the ngpu rule and this rank's share."""
+        """Lengths and group_info -> sort -> batches_generate_fn (the base view) -> the ngpu rule and this
+        rank's share."""
         plan = self.plan
         lengths, self._expected_lengths = load_lengths(self.dataset, plan.data_len,
                                                        longest=self.budgets_longest(plan.iter_conf))
@@ -133,7 +135,7 @@ class Iterator:
         self.data_len: Optional[Mapping[str, float]] = (lengths if lengths is None or is_vectorised(self)
                                                         else lengths.to_dict())
         sorted_ids = sort_ids(self.dataset.get_data_index(), lengths, plan.is_descending)
-        self._set_view(planned_view(self, sorted_ids, plan.iter_conf))  # _distribute(_generate_view()), or cached
+        self._set_view(*planned_view(self, sorted_ids, plan.iter_conf))  # _distribute(_generate_view()), or cached
         check_plan_size(plan.batches_per_epoch, self._view)
 
     def _generate_view(self, sorted_ids: SortedIds, iter_conf: dict) -> BatchView:
@@ -150,11 +152,15 @@ class Iterator:
         return share_view(view, self.ngpu, self.rank, self.world_size, self.is_descending is not False,
                           self.evaluation, self.name)
 
-    def _set_view(self, view: BatchView):
-        self._view = view
+    def _set_view(self, view: BatchView, base: BatchView):
+        """This rank's view and the base view it was made of (an assigned view is both)."""
+        self._view, self._base = view, base
         self._shuffle.forget()
         self._batch_lists: Optional[List[List[str]]] = None
-        self._view_fingerprint: Optional[str] = None
+        self._fingerprints: Dict[bool, str] = {}  # legacy -> view_fingerprint
+        self._rank_views: Dict[int, BatchView] = {}  # epoch -> this rank's view, the last two (base_epoch_view)
+        self._continued = None  # an epoch begun under another layout (see continue_epoch)
+        self._last_plan = None  # (epoch, plan) of the last epoch planned
 
     @property
     def batches(self) -> Sequence[List[str]]:
@@ -169,7 +175,8 @@ class Iterator:
 
     @batches.setter
     def batches(self, batches: Sequence[List[str]]):
-        self._set_view(as_view(batches, f"{type(self).__name__}.batches"))
+        view = as_view(batches, f"{type(self).__name__}.batches")
+        self._set_view(view, view)
 
     # --- the hooks -------------------------------------------------------------
     def budgets_longest(self, iter_conf: dict) -> bool:
@@ -198,61 +205,14 @@ class Iterator:
 
     # --- per-epoch plan --------------------------------------------------------
     def __len__(self):
-        """Batches per epoch."""
+        """Batches per epoch (see :meth:`epoch_len` for an epoch begun under another layout)."""
         return self.batches_per_epoch if self.batches_per_epoch is not None else len(self._view)
-
-    def view_fingerprint(self) -> str:
-        """A digest of the batching view (computed once)."""
-        if self._view_fingerprint is None:
-            self._view_fingerprint = view_fingerprint(self._view)
-        return self._view_fingerprint
 
     def get_batch_indices(self) -> Sequence[List[str]]:
         return self.batches
 
     def get_group_info(self) -> Optional[Dict[str, Column]]:
         return self.group_info
-
-    def epoch_view(self, epoch: int) -> Sequence[List[str]]:
-        """Hook: the batching view of ``epoch`` (before clipping and shuffling).
-
-        The same every epoch here; an iterator whose batches change per epoch
-        (bucket.BucketIterator) overrides it, deterministically in (seed, epoch)
-        and with the same number of batches every epoch.
-        """
-        return self.batches
-
-    def _epoch_view(self, epoch: int) -> BatchView:
-        if type(self).epoch_view is Iterator.epoch_view:
-            return self._view
-        return as_view(self.epoch_view(epoch), f"{type(self).__name__}.epoch_view")
-
-    def _epoch_plan(self, epoch: int) -> BatchView:
-        view = clip_batches(self._epoch_view(epoch), self.batches_per_epoch, epoch)
-        if not self.shuffle:
-            return view
-        # See NOTE [ Epoch shuffle ]: in place over the epochs when the whole, fixed view is used
-        cumulative = view is self._view and type(self).epoch_view is Iterator.epoch_view
-        return view.take(self._shuffle.order(epoch, len(view), cumulative))
-
-    def epoch_batches(self, epoch: int) -> Sequence[List[str]]:
-        """The epoch's full plan: the clipped, shuffled batching view (as
-        :attr:`batches`: lists for a subclass whose hook returns lists)."""
-        plan = self._epoch_plan(epoch)
-        return plan if is_vectorised(self) else plan.tolist()
-
-    def epoch_tasks(self, epoch: int, start_step: int = 0) -> EpochTasks:
-        """The engine's tasks for one epoch from ``start_step`` on.
-
-        Each task keeps its position in the full plan and its own seed, so a
-        resumed epoch builds the same batches as an uninterrupted one.
-        """
-        epoch = check_epoch(epoch)
-        start_step = check_int(start_step, "start_step", minimum=0)
-        plan = self._epoch_plan(epoch)
-        if start_step > len(plan):
-            raise ConfigError("start_step", f"epoch {epoch} has {len(plan)} batches, got start_step={start_step}")
-        return EpochTasks(plan, start_step, len(plan), self.seed, epoch, self.plan.stream)
 
     def build_loader(self, epoch: int = 1, start_step: int = 0, prefetch_next: bool = True,
                      stop_step: Optional[int] = None):

@@ -21,7 +21,7 @@ batches, stay the same: ``len(iterator)`` is constant. Within a batch the
 utterances are sorted longest first (ties in shuffled order), and buckets
 come longest first (shortest first with ``is_descending: false``); the
 cursor rule (``batches_per_epoch``), ngpu and the rank shares then apply to
-each epoch's view as to any other (see Iterator.epoch_view), and the epoch's
+each epoch's view as to any other (see Iterator.base_epoch_view), and the epoch's
 shuffle of batches (``shuffle``) is the fresh one, as the view is new every
 epoch (see NOTE [ Epoch shuffle ] in shuffle.py). Every rank computes the
 same view, so all ranks run the same number of steps.
@@ -30,7 +30,7 @@ The bucket rule is speechiter's own (SpeeChain has none): as its budget is a
 hard bound, lengths count at their longest once built (the dataset's
 ``max_batch_length_fn``, e.g. the slowest speed perturbation).
 """
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -74,20 +74,12 @@ class BucketIterator(Iterator):
                                           "file such as idx2wav_len) or use a dataset that registers them")
         self.buckets = Buckets(encode_ids(data_index), lengths_of(data_index, data_len), batch_len, bucket_width,
                                quadratic_scale, self.ngpu, self.is_descending is not False)
-        self._views: Dict[int, BatchView] = {}
         return hook_answer(data_index, self.buckets.compose(self.seed, 1))
 
-    def epoch_view(self, epoch: int) -> BatchView:
-        """The batches of ``epoch``: the buckets reshuffled with (seed, epoch),
-        then the ngpu rule and this rank's share, as for epoch 1."""
-        if epoch == 1:
-            return self._view
-        if epoch not in self._views:
-            view = self._distribute(self.buckets.compose(self.seed, epoch))
-            if len(self._views) >= 2:  # the loader asks for this epoch and the next
-                self._views.pop(next(iter(self._views)))
-            self._views[epoch] = view
-        return self._views[epoch]
+    def base_epoch_view(self, epoch: int) -> BatchView:
+        """The batches of ``epoch``: the buckets reshuffled with (seed, epoch); the ngpu rule and the
+        rank share then apply as for epoch 1 (see Iterator.epoch_view)."""
+        return self._base if epoch == 1 else self.buckets.compose(self.seed, epoch)
 
 
 class Buckets:

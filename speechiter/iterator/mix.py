@@ -120,11 +120,49 @@ class MixIterator(Iterator):
         """The corpora's batching views, one after the other (their order in ``iterators``)."""
         return Chained([iterator.batches for iterator in self.iterators.values()])
 
-    def view_fingerprint(self) -> str:
-        """A digest of the corpora's batching views."""
+    def view_fingerprint(self, legacy: bool = False) -> str:
+        """A digest of the corpora's base views (a mix's states are all of version 4 or later)."""
         if self._view_fingerprint is None:
             self._view_fingerprint = fingerprint({name: it.view_fingerprint() for name, it in self.iterators.items()})
         return self._view_fingerprint
+
+    # --- layouts (see NOTE [ Elastic resume ] in elastic.py) ------------------------
+    @property
+    def plan(self):
+        raise ConfigError("state.version", f"{self.name}: a mixed iterator's state has version 4 or later")
+
+    def base_batches(self) -> int:
+        return sum(iterator.base_batches() for iterator in self.iterators.values())
+
+    @property
+    def layout(self):
+        return next(iter(self.iterators.values())).layout
+
+    def layout_of(self, epoch: int):
+        """The mix's own layout: each corpus's epoch records its own in the state's ``sources``."""
+        return self.layout
+
+    def epoch_len(self, epoch: int) -> int:
+        return len(self)
+
+    def continue_epoch(self, epoch: int, layout) -> None:
+        """Only to forget: each corpus continues its own epoch (:meth:`continue_from`)."""
+        for iterator in self.iterators.values():
+            iterator.continue_epoch(epoch, None)
+        self.own_plans.forget()
+
+    def continue_from(self, saved) -> None:
+        """Each corpus continues the epoch it was in on the layout it was saved with; its own epochs must
+        keep their length (the mix walks each corpus through epochs of one length)."""
+        self.continue_epoch(saved.epoch, None)
+        for name, state in (saved.sources or {}).items():
+            iterator = self.iterators[name]
+            iterator.continue_from(state)
+            if iterator.epoch_len(state.epoch) != len(iterator):
+                self.continue_epoch(saved.epoch, None)
+                raise ConfigError(f"state.sources.{name}.layout", f"a mix cannot continue epoch {state.epoch} of "
+                                  f"{name} on a layout that changes its length: {iterator.epoch_len(state.epoch)} "
+                                  f"batches under {state.layout}, {len(iterator)} under {iterator.layout}")
 
     def epoch_tasks(self, epoch: int, start_step: int = 0) -> MixTasks:
         """The engine's tasks of mixed epoch ``epoch`` from ``start_step`` on (see NOTE [ Mixing corpora ])."""

@@ -63,6 +63,12 @@ class OwnPlans:
         self._plans: List["OrderedDict[int, EpochTasks]"] = [OrderedDict() for _ in self.iterators]
         self._lock = threading.Lock()
 
+    def forget(self):
+        """Drop the kept plans (a corpus continues an epoch on another layout)."""
+        with self._lock:
+            for plans in self._plans:
+                plans.clear()
+
     def get(self, source: int, epoch: int) -> EpochTasks:
         with self._lock:
             plans = self._plans[source]

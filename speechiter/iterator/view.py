@@ -1,6 +1,7 @@
 """The batching view: one type, :class:`BatchView`, and the steps that turn one view into another.
 
-    hook's batches --as_view--> BatchView --distribute--> the iterator's view (ngpu, then the rank share)
+    hook's batches --as_view--> BatchView (the base view) --distribute--> the iterator's view:
+        global_batches (ngpu rule) --share_batches--> this rank's share
     each epoch: the epoch's view --clip_batches--> --EpochShuffle (shuffle.py)--> the epoch's plan
 
 A built-in ``batches_generate_fn`` (marked :func:`vectorised`) gets SortedIds
@@ -179,12 +180,12 @@ def rank_share(view: BatchView, rank: int, world_size: int, descending: bool) ->
     """
     start = world_size - rank - 1 if descending else rank
     sizes = view.sizes()
-    within = np.arange(len(view.ids)) - np.repeat(view.bounds[:-1], sizes)
-    rows = np.flatnonzero((within >= start) & ((within - start) % world_size == 0))
-    counts = np.bincount(np.repeat(np.arange(len(sizes)), sizes)[rows], minlength=len(sizes))
-    rows = np.sort(np.concatenate([rows, view.bounds[1:][counts == 0] - 1]))
+    counts = np.maximum(0, -(-(sizes - start) // world_size))  # rows start, start + W, ... of each batch
+    first = np.where(counts > 0, view.bounds[:-1] + start, view.bounds[1:] - 1)  # an empty share: the last row
+    counts = np.maximum(counts, 1)
     bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(np.maximum(counts, 1), out=bounds[1:])
+    np.cumsum(counts, out=bounds[1:])
+    rows = np.repeat(first, counts) + world_size * (np.arange(bounds[-1]) - np.repeat(bounds[:-1], counts))
     return BatchView(view.ids[rows], bounds)
 
 
@@ -213,25 +214,39 @@ def eval_share(view: BatchView, rank: int, world_size: int, descending: bool) ->
     rank takes the batch's last utterance again, marked in ``padding`` (so
     ``batch.is_padding`` lets metrics drop it). See NOTE [ Distributed padding ].
     """
-    merged = merge_small(view, world_size)
-    share = rank_share(merged, rank, world_size, descending)
+    return share_batches(merge_small(view, world_size), rank, world_size, descending, evaluation=True)
+
+
+def global_batches(view: BatchView, ngpu: int, world_size: int, evaluation: bool) -> BatchView:
+    """The batches all ranks share, one per step: the ngpu rule, then, for
+    evaluation among several ranks, :func:`merge_small`."""
+    if ngpu > 1:
+        view = make_divisible(view, ngpu)
+    if evaluation and world_size > 1:
+        view = merge_small(view, world_size)
+    return view
+
+
+def share_batches(view: BatchView, rank: int, world_size: int, descending: bool, evaluation: bool) -> BatchView:
+    """This rank's share of every batch (:func:`rank_share`); for evaluation,
+    the repeated row of an empty share is marked in ``padding``."""
+    if world_size == 1:
+        return view
+    share = rank_share(view, rank, world_size, descending)
+    if not evaluation:
+        return share
     padding = np.zeros(len(share.ids), dtype=bool)
-    if merged.sizes()[-1] < world_size:
-        start = world_size - rank - 1 if descending else rank
-        if start >= merged.sizes()[-1]:
-            padding[-1] = True  # this rank's share of the last batch is a repeat
+    start = world_size - rank - 1 if descending else rank
+    padding[share.bounds[:-1][view.sizes() <= start]] = True  # an empty share holds one repeated row
     return BatchView(share.ids, share.bounds, padding)
 
 
 def distribute(view: BatchView, ngpu: int, rank: int, world_size: int, descending: bool,
                evaluation: bool = False) -> BatchView:
-    """The view one rank loads: the ngpu rule, then this rank's share
-    (:func:`eval_share` for evaluation, :func:`rank_share` for training)."""
-    if ngpu > 1:
-        view = make_divisible(view, ngpu)
-    if world_size > 1:
-        view = (eval_share if evaluation else rank_share)(view, rank, world_size, descending)
-    return view
+    """The view one rank loads: :func:`global_batches`, then this rank's
+    share (:func:`share_batches`; for evaluation as :func:`eval_share`)."""
+    view = global_batches(view, ngpu, world_size, evaluation)
+    return share_batches(view, rank, world_size, descending, evaluation)
 
 
 def padding_rows(sizes: np.ndarray, world_size: int) -> int:

@@ -177,7 +177,28 @@ def saved_state(tmp_path_factory):
     recipe = write_recipe(tmp_path, _make_corpus(tmp_path / "corpus"))
     state = tmp_path / "state.json"
     assert main(["--data_cfg", str(recipe), "--quiet", "--num_workers", "0", "--save_state", str(state)]) == 0
-    return recipe, json.loads(state.read_text())
+    saved = json.loads(state.read_text())
+    LEGACY[saved["config"]] = legacy_state(recipe, saved)
+    return recipe, saved
+
+
+LEGACY = {}  # a saved state's config -> the same state as version 3 wrote it (its fingerprints hold the layout)
+
+
+def legacy_state(recipe, saved):
+    """``saved`` as version 3 wrote it, made in this process from the same recipe."""
+    from speechiter import build_iterators, load_config
+    from speechiter.state import GroupState, LoaderState
+    from speechiter.state_files import StateFiles
+    iterators = build_iterators(load_config(str(recipe)), num_workers=0, groups=("train", "valid"))
+    try:
+        train = saved["train"]
+        loaders = {"None": LoaderState.of(iterators["train"], train["epoch"], train["step"], version=3)}
+        group = GroupState(train["epoch"], train["step"], train["steps"], loaders, version=3)
+        return StateFiles(iterators, saved["seed"], None, False).state(group, version=3).to_dict()
+    finally:
+        for iterator in (iterators["train"], iterators["valid"]):
+            iterator.close()
 
 
 def edited(saved, **changes):
@@ -192,7 +213,7 @@ def edited(saved, **changes):
 
 def flat(saved, version=2):
     """The state in the layout versions 1 and 2 wrote: the train group's fields beside the run's."""
-    state = copy.deepcopy(saved)
+    state = copy.deepcopy(LEGACY[saved["config"]])
     group = state.pop("train")
     state.update(version=version, epoch=group["epoch"], step=group["step"], iterators=group["iterators"])
     for iterator in state["iterators"].values():
@@ -213,9 +234,9 @@ def flat(saved, version=2):
      ": train.iterators.None: at epoch 2 step 4, but the group's epoch 2 step 0 puts it at epoch 2 step 0"),
     (lambda s: edited(s, iterators={}), ": train.iterators: saved for iterators [], this group has ['None']"),
     (lambda s: dict(s, settings={"train": 1}), "--resume.settings: expected a mapping of iterator settings"),
-    (lambda s: dict(flat(s), iterators={"None": dict(s["train"]["iterators"]["None"], version=2, step=4)}),
+    (lambda s: dict(flat(s), iterators={"None": dict(flat(s)["iterators"]["None"], step=4)}),
      ": train.iterators.None: at epoch 2 step 4, but the group's epoch 2 step 0 puts it at epoch 2 step 0"),
-    (lambda s: dict(s, version=2), "--resume: unknown keys train; a run state has version, mode, epoch, step"),
+    (lambda s: dict(s, version=2), "--resume: unknown keys train, world_size; a run state has version, mode, epoch"),
 ], ids=["epoch-0", "step-past-the-end", "step-string", "list", "iterator-step", "no-iterators", "settings",
         "version-2-iterator-step", "version-2-nested"])
 def test_malformed_or_impossible_state_is_exit_2_naming_the_field(tmp_path, capsys, saved_state, state, message):

@@ -15,23 +15,41 @@ OPTIONS = dict(type="speechiter.iterator.block.BlockIterator", dataset="speechit
                world_size=1, iter_conf={"batch_len": 480000})
 
 
-def test_the_fingerprint_is_the_one_saved_states_hold():
+LAYOUT = ("ngpu", "rank", "world_size")
+WITHOUT_LAYOUT = {key: value for key, value in OPTIONS.items() if key not in LAYOUT}
+
+
+def test_the_legacy_fingerprint_is_the_one_version_1_to_3_states_hold():
     """The settings dict the Iterator wrote by hand before the plan existed: same fingerprint, same summary."""
     plan = BatchPlan(**OPTIONS, seed=3, name="train")
-    assert plan.fingerprint() == fingerprint(OPTIONS) == "a32b5895f8e4973a"
-    assert plan.summary() == settings_summary(OPTIONS)
-    assert list(plan.summary())[:3] == ["type", "dataset", "dataset_conf.main_data.feat"]
+    assert plan.fingerprint(legacy=True) == fingerprint(OPTIONS) == "a32b5895f8e4973a"
+    assert plan.summary(legacy=True) == settings_summary(OPTIONS)
+    assert list(plan.summary(legacy=True))[:3] == ["type", "dataset", "dataset_conf.main_data.feat"]
 
 
-def test_seed_and_name_have_keys_of_their_own_and_evaluation_counts_only_among_ranks():
+def test_the_fingerprint_leaves_the_layout_out():
+    """Version 4 states: ngpu, rank and world_size are the layout, saved apart (it may change on resume)."""
+    plan = BatchPlan(**OPTIONS, seed=3, name="train")
+    assert plan.fingerprint() == fingerprint(WITHOUT_LAYOUT) == "d4703ed6423febd6"
+    assert plan.summary() == settings_summary(WITHOUT_LAYOUT)
+    moved = dataclasses.replace(plan, ngpu=4, rank=2, world_size=3)
+    assert moved.fingerprint() == plan.fingerprint() and moved.fingerprint(legacy=True) != plan.fingerprint(True)
+
+
+def test_seed_and_name_have_keys_of_their_own_and_evaluation_counts_when_true():
     plan = BatchPlan(**OPTIONS)
     assert "seed" not in plan.settings() and "name" not in plan.settings()
     assert BatchPlan(**OPTIONS, seed=5, name="x").fingerprint() == plan.fingerprint()
-    assert dataclasses.replace(plan, evaluation=True).fingerprint() == plan.fingerprint()  # one rank: no share
+    evaluated = dataclasses.replace(plan, evaluation=True)
+    assert evaluated.settings()["evaluation"] is True
+    assert evaluated.fingerprint() == fingerprint({**WITHOUT_LAYOUT, "evaluation": True}) == "b05ef9fec949a5b8"
+    # the legacy fingerprint counted evaluation only among several ranks
+    assert evaluated.fingerprint(legacy=True) == plan.fingerprint(legacy=True)  # one rank: no share
     ranked = dataclasses.replace(plan, world_size=2)
-    evaluated = dataclasses.replace(ranked, evaluation=True)
-    assert "evaluation" not in ranked.settings() and evaluated.settings()["evaluation"] is True
-    assert evaluated.fingerprint() == fingerprint({**OPTIONS, "world_size": 2, "evaluation": True})
+    ranked_evaluated = dataclasses.replace(ranked, evaluation=True)
+    assert "evaluation" not in ranked.settings(legacy=True)
+    assert ranked_evaluated.settings(legacy=True)["evaluation"] is True
+    assert ranked_evaluated.fingerprint(legacy=True) == fingerprint({**OPTIONS, "world_size": 2, "evaluation": True})
 
 
 def test_a_new_plan_option_is_fingerprinted_without_more_code():

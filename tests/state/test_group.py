@@ -10,6 +10,7 @@ import speechiter
 from speechiter.errors import ConfigError
 from speechiter.group import GroupLoader, IteratorGroup, build_group_loader
 from speechiter.iterator.abs import Iterator
+from speechiter.state import LoaderState
 from tests.iterator.test_loop import handbook_code, run_example
 from tests.cli.test_run import REPO, read_dump, run_cli
 from tests.recipes import entry, write_recipe
@@ -236,8 +237,8 @@ def test_a_version_2_group_state_still_loads(semi):
     try:
         state = GroupLoader(train, epoch=2, start_step=5, steps="longest").state_dict()
         state["version"] = 2
-        for saved in state["iterators"].values():
-            saved.update(version=2, epoch=2, step=5)
+        for name, saved in state["iterators"].items():
+            state["iterators"][name] = LoaderState.of(train[name], 2, 5, version=2).to_dict()
         fresh = GroupLoader(train, steps="longest")
         fresh.load_state_dict(state)
         assert ids_per_step(fresh) == ids_per_step(GroupLoader(train, 2, 5, steps="longest"))

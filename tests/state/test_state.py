@@ -9,19 +9,45 @@ from speechiter.config import iterator_label
 from speechiter.errors import ConfigError
 from speechiter.loader import Loader
 from speechiter.fingerprints import settings_summary, summary_differences
+from speechiter.iterator.elastic import Layout
 from speechiter.state import GroupState, LoaderState, RunState, Stateful
 from speechiter.user_files import read_json
 from tests import recipes
 
 
+class FakePlan:
+    """The legacy fingerprints of a FakeIterator (states of versions 1 to 3)."""
+
+    def __init__(self, iterator):
+        self.iterator = iterator
+
+    def fingerprint(self, legacy=False):
+        return self.iterator.config_fingerprint
+
+    def summary(self, legacy=False):
+        return self.iterator.config_summary
+
+
 class FakeIterator:
+    """What a state reads of an Iterator, with the same values for the legacy and the layout-free fields."""
+
     def __init__(self, name="train/sup", seed=0, batches=(("a", "b"), ("c",)), summary=None):
         self.name, self.seed, self.config_fingerprint = name, seed, "cfg"
         self.batches = [list(b) for b in batches]
         self.config_summary = summary
+        self.plan, self.layout, self.ngpu = FakePlan(self), Layout(), 1
 
-    def view_fingerprint(self):
+    def view_fingerprint(self, legacy=False):
         return "view"
+
+    def base_batches(self):
+        return len(self.batches)
+
+    def layout_of(self, epoch):
+        return self.layout
+
+    def epoch_len(self, epoch):
+        return len(self)
 
     def __len__(self):
         return len(self.batches)
@@ -32,17 +58,17 @@ def fake_iterator(**kwargs):
 
 
 def group_state(epoch=2, step=1, version=3):
-    loader = dataclasses.replace(LoaderState.of(fake_iterator(), epoch, step), version=version)
+    loader = LoaderState.of(fake_iterator(), epoch, step, version=version)
     return GroupState(epoch=epoch, step=step, steps="shortest", iterators={"sup": loader}, version=version)
 
 
 def run_state(epoch=2, step=1):
-    return RunState(seed=0, config="run", train=group_state(epoch, step))
+    return RunState(seed=0, config="run", train=group_state(epoch, step, version=4), world_size=1)
 
 
 def flat_run_state(version=2):
     """A run state as versions 1 and 2 saved it: the train group's fields beside the run's."""
-    loader = LoaderState.of(fake_iterator(), 2, 1).to_dict()
+    loader = LoaderState.of(fake_iterator(), 2, 1, version=version).to_dict()
     state = {"version": version, "mode": "train", "epoch": 2, "step": 1, "seed": 0, "config": "run",
              "iterators": {"sup": dict(loader, version=version)}, "settings": None}
     if version == 1:
@@ -53,20 +79,31 @@ def flat_run_state(version=2):
 def test_loader_state_keeps_the_saved_format():
     state = LoaderState.of(fake_iterator(), 2, 1)
     saved = state.to_dict()
-    assert saved == {"version": 3, "iterator": "train/sup", "epoch": 2, "step": 1, "seed": 0, "config": "cfg",
-                     "view": "view", "batches": 2, "settings": None}
+    assert saved == {"version": 4, "iterator": "train/sup", "epoch": 2, "step": 1, "seed": 0, "config": "cfg",
+                     "view": "view", "batches": 2, "settings": None, "layout": {"ngpu": 1, "world_size": 1}}
     assert LoaderState.from_dict(json.loads(json.dumps(saved))) == state
-    older = LoaderState.from_dict(dict(saved, version=2))  # versions 1 and 2 have the same layout
-    assert older.version == 2 and (older.epoch, older.step) == (2, 1)
+    legacy = dict(saved, version=3)
+    del legacy["layout"]  # versions 1 to 3 have no layout: their fingerprints hold it
+    assert LoaderState.of(fake_iterator(), 2, 1, version=3).to_dict() == legacy
+    older = LoaderState.from_dict(dict(legacy, version=2))  # versions 1 to 3 have the same keys
+    assert older.version == 2 and (older.epoch, older.step) == (2, 1) and older.layout is None
+    with pytest.raises(ConfigError, match=r"^state: unknown keys layout; a loader state has version, iterator"):
+        LoaderState.from_dict(dict(saved, version=3))
+    with pytest.raises(ConfigError, match=r"^state: missing keys layout$"):
+        LoaderState.from_dict(legacy | {"version": 4})
+    for layout, message in [({"ngpu": 1}, r"^state.layout: expected \{ngpu: N, world_size: W\}, got \{'ngpu': 1\}$"),
+                            ({"ngpu": 1, "world_size": 0}, r"^state.layout.world_size: expected a positive integer")]:
+        with pytest.raises(ConfigError, match=message):
+            LoaderState.from_dict(dict(saved, layout=layout))
 
 
 def test_run_state_nests_the_group_and_loader_states_and_round_trips_through_json():
     state = run_state()
     saved = json.loads(json.dumps(state.to_dict()))
-    assert set(saved) == {"version", "mode", "seed", "config", "train", "settings"}
+    assert set(saved) == {"version", "mode", "seed", "config", "train", "settings", "world_size"}
     assert set(saved["train"]) == {"version", "epoch", "step", "steps", "iterators"}
     assert set(saved["train"]["iterators"]["sup"]) == {"version", "iterator", "epoch", "step", "seed", "config",
-                                                       "view", "batches", "settings"}
+                                                       "view", "batches", "settings", "layout"}
     assert RunState.from_dict(saved) == state and (state.epoch, state.step, state.steps) == (2, 1, "shortest")
     assert GroupState.from_dict(saved["train"]) == state.train
 
@@ -82,7 +119,9 @@ def test_run_state_nests_the_group_and_loader_states_and_round_trips_through_jso
     (lambda d: d["train"].update(settings={}), "--resume.train: unknown keys settings; a group state has"),
     (lambda d: d.pop("train"), "--resume: missing keys train"),
     (lambda d: d.update(train=None), "--resume.train: expected a state dict, got NoneType"),
-    (lambda d: d.update(version=4), "--resume.version: state version 4 is not supported (expected 1, 2 or 3)"),
+    (lambda d: d.update(version=5), "--resume.version: state version 5 is not supported (expected 1, 2, 3 or 4)"),
+    (lambda d: d.update(world_size=0), "--resume.world_size: expected a positive integer, got 0"),
+    (lambda d: d.pop("world_size"), "--resume: missing keys world_size"),
     (lambda d: d.update(version=True), "--resume.version: state version True is not supported"),
     (lambda d: d["train"].update(step="7"), "--resume.train.step: expected a non-negative integer, got '7'"),
     (lambda d: d["train"].update(epoch=2 ** 40),
