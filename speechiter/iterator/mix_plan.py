@@ -154,5 +154,6 @@ class MixLoader(Loader):
         for offset, batch in enumerate(super().__iter__()):
             if isinstance(batch, Batch):
                 batch.source = mix.names[self.tasks.batches.locate(self.tasks.start + offset)[0]]
-                batch.meta = group_meta(mix.iterators[batch.source].group_info, batch.ids) or {}
+                # the corpus's group_info values, beside what the workers recorded (augment, view)
+                batch.meta = {**(group_meta(mix.iterators[batch.source].group_info, batch.ids) or {}), **batch.meta}
             yield batch
