@@ -75,10 +75,11 @@ def run_configuration(iterators: Dict, legacy: bool) -> Tuple[str, Dict[str, Dic
     """A run's config fingerprint and ``{label: settings summary}`` of build_iterators()'s ``iterators``
     (``legacy``: with the layout, as states of versions 1 to 3 hold them)."""
     flat = list(flat_iterators(iterators))
-    configs = {label: it.plan.fingerprint(legacy) for label, it in flat}
+    # a mix has no plan of its own (and no legacy state): its fingerprint and summary cover its corpora
+    configs = {label: it.plan.fingerprint(legacy) if legacy else it.config_fingerprint for label, it in flat}
     if "train" in iterators and policy_of(iterators["train"]) != "shortest":
         configs["train.steps"] = policy_of(iterators["train"])  # shortest keeps the saved fingerprints
-    return fingerprint(configs), {label: it.plan.summary(legacy) for label, it in flat}
+    return fingerprint(configs), {label: it.plan.summary(legacy) if legacy else it.config_summary for label, it in flat}
 
 
 class StateFiles:
