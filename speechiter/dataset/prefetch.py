@@ -45,11 +45,13 @@ the same reads, taken in the same order, so batches, draws and errors do not
 change (a read that failed ahead raises when its own batch takes it). A thread
 keeps at most :data:`AHEAD_PER_COLUMN` started batches per column (the oldest
 is cancelled), so the bytes read ahead stay within a worker's next batches.
-Local files are not read ahead (one lookup per batch decides); local packs
-are, as their merged reads already run on the pool.
+Local files are not read ahead (a lookup of the batch's first value decides,
+and the thread keeps the answer for the next times the batch is told); local
+packs are, as their merged reads already run on the pool.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -61,7 +63,7 @@ from speechiter.io.coalesce import BYTES_MARK, start_batch_reads
 from speechiter.io.storage import is_url
 from speechiter.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
 
-__all__ = ["POOL_THREADS", "prepare", "reading_together", "take"]
+__all__ = ["POOL_THREADS", "prepare", "reading_together", "take", "under_way"]
 
 #: threads per process that read a batch's URLs; S3 keeps up to storage.MAX_CONNECTIONS connections.
 POOL_THREADS = 32
@@ -72,7 +74,7 @@ _pool_lock = threading.Lock()
 AHEAD_PER_COLUMN = 4
 #: and for all columns (several iterators built in one thread)
 AHEAD_PER_THREAD = 8
-_local = threading.local()  # .started: [_Started], oldest first: See NOTE [ Reading ahead ]
+_local = threading.local()  # .started: [_Started], oldest first; .plain: _local_batches()
 
 
 def _the_pool() -> DaemonThreadPool:
@@ -117,10 +119,30 @@ def _start(column: Mapping[str, str], ids: Sequence[str], read: Callable[[str], 
     return _Started(column, ids, read, reads=reads)
 
 
+def _local_batches() -> collections.deque:
+    """``(column, first id)`` of the batches this thread lately found to be local files (nothing to start).
+
+    A batch is told several times (as an upcoming one, then when built) and each time telling that it is
+    local would cost a lookup of its first id: the answer is kept instead. See NOTE [ Reading ahead ].
+    """
+    try:
+        return _local.plain
+    except AttributeError:
+        _local.plain = collections.deque(maxlen=AHEAD_PER_THREAD)
+        return _local.plain
+
+
+def _known_local(column: Mapping[str, str], first: str) -> bool:
+    for known, known_first in _local_batches():
+        if known is column and known_first == first:
+            return True
+    return False
+
+
 def prepare(column: Optional[Mapping[str, str]], ids: Sequence[str], read: Callable[[str], object]) -> None:
     """Start the reads of a batch this thread builds soon, so that its
     :func:`reading_together` takes them. See NOTE [ Reading ahead ]."""
-    if column is None or len(ids) < 2:
+    if column is None or len(ids) < 2 or _known_local(column, ids[0]):
         return
     started = _ahead()
     ids = tuple(ids)
@@ -131,6 +153,7 @@ def prepare(column: Optional[Mapping[str, str]], ids: Sequence[str], read: Calla
     except Exception:  # noqa: BLE001 - the batch raises it in order when it is built
         return
     if entry is None:
+        _local_batches().append((column, ids[0]))
         return
     started.append(entry)
     same = [s for s in started if s.column is column]
@@ -138,6 +161,13 @@ def prepare(column: Optional[Mapping[str, str]], ids: Sequence[str], read: Calla
         if old in started:
             started.remove(old)
             old.cancel()
+
+
+def under_way(ids: Sequence[str]) -> bool:
+    """Whether this thread has reads started for the batch ``ids`` (by :func:`prepare`); False for a
+    batch of local files, which is not read ahead."""
+    ids = tuple(ids)
+    return any(s.ids == ids for s in getattr(_local, "started", ()))
 
 
 def _ahead() -> List[_Started]:
@@ -174,7 +204,9 @@ def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
     if column is None or len(ids) < 2 or context.reads is not None or context.byte_reads is not None:
         yield
         return
-    entry = _take_started(column, ids, read) or _start(column, ids, read)
+    entry = _take_started(column, ids, read)
+    if entry is None and not _known_local(column, ids[0]):
+        entry = _start(column, ids, read)
     if entry is None:
         yield
         return

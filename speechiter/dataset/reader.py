@@ -3,6 +3,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from speechiter.batch_context import current_batch
 from speechiter.dataset.abs import Dataset
+from speechiter.dataset.prefetch import under_way
 
 
 class DatasetReader:
@@ -33,9 +34,14 @@ class DatasetReader:
         finally:
             context.expected_lengths = previous
 
-    def prepare(self, ids: Sequence[str]) -> None:
+    def prepare(self, ids: Sequence[str]) -> bool:
         """Start the reads of the batch ``ids``, built soon by this thread (see
-        NOTE [ Reading ahead ] in prefetch.py); a dataset without ``prepare_batch`` reads nothing ahead."""
+        NOTE [ Reading ahead ] in prefetch.py); a dataset without ``prepare_batch`` reads nothing ahead.
+
+        Returns whether reads of the batch are under way (False: nothing to read ahead, as for local files).
+        """
         prepare_batch = getattr(self.dataset, "prepare_batch", None)
-        if prepare_batch is not None:
-            prepare_batch(ids)
+        if prepare_batch is None:
+            return False
+        prepare_batch(ids)
+        return under_way(ids)

@@ -54,12 +54,19 @@ def fetch(indexer, task: Task, upcoming: Sequence[Task] = ()):
     return batch
 
 
-def prepare(indexer, tasks: Sequence[Task]) -> None:
-    """Tell ``indexer`` (when it has a ``prepare(ids)`` method) the batches it builds soon, first first."""
+def prepare(indexer, tasks: Sequence[Task]) -> bool:
+    """Tell ``indexer`` (when it has a ``prepare(ids)`` method) the batches it builds soon, first first.
+
+    Returns whether it reads ahead: its ``prepare`` returned anything but False for one of them (False: that
+    batch has nothing to read ahead, such as local files). See NOTE [ Promised tasks ] in promises.py.
+    """
     method = getattr(indexer, "prepare", None)
-    if method is not None:
-        for task in tasks:
-            method(task.ids)
+    if method is None:
+        return False
+    ahead = False
+    for task in tasks:
+        ahead = method(task.ids) is not False or ahead
+    return ahead
 
 
 def same_task(a: Task, b: Task) -> bool:

@@ -16,7 +16,8 @@ names the limit, the numbers and how to raise it:
   dataset opening a file) is translated by :func:`explain`;
 - a worker reserves the bytes of a slot before it writes them (posix_fallocate:
   a new segment, a batch larger than the slot held so far, the space
-  batch_empty hands out; shm/segments.py and shm/slots.py) and gets
+  batch_empty hands out, in whole MiB; shm/segments.py and NOTE [ Reserving
+  slots ] in shm/slots.py) and gets
   :func:`shm_full` instead of SIGBUS; a worker that still dies of SIGBUS is
   reported with the free space (:func:`sigbus_hint`).
 """

@@ -182,6 +182,7 @@ class PoolScheduler(Scheduler):
             self._window = min(self._window + 1, self._buffer)
             if isinstance(msg, Done) and self._slots is not None:
                 self._slots.accept(msg.payload.slot)
+            self._promises.wanted |= isinstance(msg, Done) and msg.read_ahead  # NOTE [ Promised tasks ]
             if p.discard:
                 self._release(p)
             else:

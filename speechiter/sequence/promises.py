@@ -13,6 +13,12 @@ differ drops the promises that no longer hold (their reads are wasted: a few
 requests per plan change, never a different batch). Promises change which
 worker builds a batch, never what it gives (NOTE [ Ordering ] in
 pool_scheduler.py).
+
+Tasks are promised only once a worker's result says that its indexer reads
+ahead (``Done.read_ahead``: it started the reads of a batch early, which a
+batch of local files never needs). Otherwise a promise would only cost a
+message per batch and tie a task to a worker that may no longer be the least
+loaded, so that the other one waits idle for its next task.
 """
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -33,13 +39,23 @@ class Promises:
 
     def __init__(self):
         self._promised: List[Tuple[Task, int]] = []
+        self._run: Optional[Run] = None  # the run the promises were last checked against
+        self.wanted = False  # a worker reads ahead: promise tasks
 
     def renew(self, run: Run, load: Sequence[int], turn: int) -> Iterator[Tuple[int, Task]]:
-        """Drop the promises ``run`` no longer keeps, then yield ``(worker, task)`` for each new one."""
-        kept = 0
-        while kept < len(self._promised) and _same(self._promised[kept][0], _undispatched(run, kept)):
-            kept += 1
-        del self._promised[kept:]  # a new plan: what was promised is not coming
+        """Drop the promises ``run`` no longer keeps, then yield ``(worker, task)`` for each new one.
+
+        Within one run the promises stay its next tasks (:meth:`worker_for` takes the first as it is
+        sent), so they are compared with the run's tasks only when the run is a new one.
+        """
+        if not self.wanted:
+            return
+        if run is not self._run:
+            kept = 0
+            while kept < len(self._promised) and _same(self._promised[kept][0], _undispatched(run, kept)):
+                kept += 1
+            del self._promised[kept:]  # a new plan: what was promised is not coming
+            self._run = run
         while len(self._promised) < READ_AHEAD * len(load):
             task = _undispatched(run, len(self._promised))
             if task is None:

@@ -10,6 +10,7 @@ import collections
 import os
 import pickle
 import queue
+import select
 import signal
 import sys
 import traceback
@@ -26,9 +27,10 @@ from speechiter.sequence.torch_rng import check_after_batch
 # A worker's next tasks already wait in its channel: Fetch messages within the
 # buffer, and Upcoming ones, promised after it (NOTE [ Promised tasks ] in
 # promises.py). Before it builds a batch, a worker takes every message
-# waiting in its channel, and fetch tells the indexer the ids of the next ones
-# (READ_AHEAD + 1 at most), so their reads start while this batch is built
-# (NOTE [ Reading ahead ] in speechiter/dataset/prefetch.py). Fetch and Stop
+# waiting in its channel, and tells the indexer the ids of that batch and of the
+# next ones (READ_AHEAD + 1 at most), so their reads start while this batch is
+# built (NOTE [ Reading ahead ] in speechiter/dataset/prefetch.py); its Done
+# says whether the indexer reads ahead at all (fetch.prepare). Fetch and Stop
 # are then handled in the order they came: only when they are read off the
 # channel changes. The scheduler builds every task it sends (a discarded one's
 # result is dropped), so reads started ahead are not wasted.
@@ -67,6 +69,7 @@ class Done:
     seq: int
     wid: int
     payload: Any  # Packed (process mode) or the batch itself (thread mode)
+    read_ahead: bool = False  # the indexer started reads of this batch or the next early
 
 
 @dataclass(frozen=True)
@@ -96,10 +99,11 @@ def _failure(seq, wid, error: BaseException) -> Failed:
 def _build(msg: Fetch, indexer, wid: int, writer: Optional[SlotWriter], upcoming=()):
     """Build ``msg``'s batch; ``upcoming``: the tasks this worker builds next (See NOTE [ Queued tasks ])."""
     try:
+        ahead = prepare(indexer, (msg.task, *upcoming))  # this batch's reads first, unless already started
         if writer is None:
-            return Done(msg.seq, wid, fetch(indexer, msg.task, upcoming))
+            return Done(msg.seq, wid, fetch(indexer, msg.task), ahead)
         with writer.building(msg.slot) as arena:  # See NOTE [ Batch arrays in place ]
-            return Done(msg.seq, wid, writer.pack(fetch(indexer, msg.task, upcoming), msg.slot, arena))
+            return Done(msg.seq, wid, writer.pack(fetch(indexer, msg.task), msg.slot, arena), ahead)
     except Exception as error:
         return _failure(msg.seq, wid, error)
 
@@ -163,6 +167,19 @@ class _Queued:
         return tasks[:READ_AHEAD + 1]
 
 
+class _Readable:
+    """``Connection.poll(timeout)`` in one poll(2) call: the connection's own builds a selector on every call,
+    and a worker polls its pipes several times per batch. Readable also at end of file (``recv`` raises then).
+    """
+
+    def __init__(self, conn):
+        self._poller = select.poll()
+        self._poller.register(conn.fileno(), select.POLLIN)
+
+    def __call__(self, timeout: float = 0.0) -> bool:
+        return bool(self._poller.poll(timeout * 1000))
+
+
 def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, environ=None):
     """The loop of one worker process. Module level, so 'spawn' can import it.
 
@@ -191,9 +208,10 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
         if indexer is None:
             return
         queued = _Queued(indexer)
-        while not done.poll():
+        waiting, stopping = _Readable(tasks), _Readable(done)
+        while not stopping():
             if not queued:
-                if not tasks.poll(POLL_S):
+                if not waiting(POLL_S):
                     if orphaned(parent_pid):
                         # The main process died without cleaning up (where the kernel did not
                         # end us, see lifeline.py). Each worker sweeps the session's segments
@@ -202,13 +220,13 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
                             unlink_segment(name, tracked=True)
                         return
                     continue
-                while tasks.poll():
+                while waiting():
                     queued.add(tasks.recv())
                 continue
             msg = queued.next()
-            if isinstance(msg, Stop) or done.poll():
+            if isinstance(msg, Stop) or stopping():
                 return
-            while tasks.poll():
+            while waiting():
                 queued.add(tasks.recv())
             reply = _build(msg, indexer, wid, writer, queued.upcoming())
             try:

@@ -44,6 +44,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from speechiter.batch_memory import install_allocator
+from speechiter.errors import ResourceError
 from speechiter.sequence.shm.pack import Arena, Packed, Packer, SlotReader
 from speechiter.sequence.shm.segments import (check_available, close_map, create_segment, leftover_segments,
                                               open_segment, reserve_bytes, unlink_segment)
@@ -68,6 +69,23 @@ def _grown(needed: int) -> int:
     return -(-(needed + needed // 4) // _GROW_STEP) * _GROW_STEP
 
 
+# NOTE [ Reserving slots ]
+# A worker reserves (posix_fallocate) what it is about to write, so that a full
+# /dev/shm is an error, not a SIGBUS (NOTE [ Machine limits ] in limits.py).
+# Each reservation costs a few system calls and a walk over the range, so it is
+# rounded up to whole MiB (the small arrays after a batch's big one, and the
+# slightly larger batches that follow, need none of their own), and it is
+# remembered per segment name, not per mapping: the pages stay backed as long
+# as the segment lives, whichever slot brings it back to the worker. So a
+# worker reserves about once per segment, not once per batch. Where the
+# rounded reservation does not fit, the exact one is tried (and its error raised).
+
+
+def _backed(nbytes: int, size: int) -> int:
+    """The bytes to reserve so that the first ``nbytes`` of a segment of ``size`` are backed: whole MiB."""
+    return min(size, -(-nbytes // _GROW_STEP) * _GROW_STEP)
+
+
 class SlotWriter:
     """Worker side: packs batches into the slots it is given.
 
@@ -79,7 +97,7 @@ class SlotWriter:
         self._tracked = tracked  # NOTE [ Segments of a killed main process ] in segments.py
         self._created = 0
         self._maps = {}  # slot index -> (name, mmap)
-        self._reserved = {}  # segment name -> bytes known to be backed (NOTE [ Machine limits ] in limits.py)
+        self._reserved = {}  # segment name -> bytes known to be backed: NOTE [ Reserving slots ]
 
     def _mapping(self, slot: SlotRef, needed: int):
         # See NOTE [ Slot ownership ]: a batch that does not fit gets a new, larger segment.
@@ -90,23 +108,29 @@ class SlotWriter:
             mm = create_segment(name, size, reserve=needed, tracked=self._tracked)
             self._reserved[name] = needed
         elif cached is not None and cached[0] == slot.name:
-            self._reserve(slot.name, needed)
+            self._reserve(slot.name, slot.size, needed)
             return slot, cached[1]
         else:
             name, size = slot.name, slot.size
-            self._reserve(name, needed)
+            self._reserve(name, size, needed)
             mm = open_segment(name, size)
         if cached is not None:
             close_map(cached[1])
-            self._reserved.pop(cached[0], None)
         self._maps[slot.index] = (name, mm)
         return SlotRef(slot.index, name, size), mm
 
-    def _reserve(self, name: str, nbytes: int) -> None:
+    def _reserve(self, name: str, size: int, nbytes: int) -> None:
         """Back ``nbytes`` of segment ``name`` before writing there (no SIGBUS when /dev/shm is full)."""
         if nbytes > self._reserved.get(name, 0):
-            reserve_bytes(name, nbytes)
-            self._reserved[name] = nbytes
+            backed = _backed(nbytes, size)
+            try:
+                reserve_bytes(name, backed)
+            except ResourceError:
+                if backed == nbytes:
+                    raise
+                reserve_bytes(name, nbytes)  # /dev/shm's last MiB: only what is written (its own error)
+                backed = nbytes
+            self._reserved[name] = backed
 
     @contextmanager
     def building(self, slot: SlotRef):
@@ -114,7 +138,7 @@ class SlotWriter:
         arena = None
         if slot.name is not None and slot.size > 0:
             slot, mm = self._mapping(slot, 0)
-            arena = Arena(mm, slot.size, functools.partial(self._reserve, slot.name))
+            arena = Arena(mm, slot.size, functools.partial(self._reserve, slot.name, slot.size))
         previous = install_allocator(arena)
         try:
             yield arena
