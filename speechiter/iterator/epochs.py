@@ -89,7 +89,8 @@ class EpochPlans:
         return self._rank_views[epoch]
 
     def _shuffled(self, view: BatchView, epoch: int) -> BatchView:
-        """``view`` (an epoch's, this rank's or global) clipped and shuffled."""
+        """``view`` (an epoch's, this rank's or global) clipped and shuffled: an OrderedView of ``view``
+        (NOTE [ Lazy epoch plans ] in ordered.py), or ``view`` itself."""
         clipped = clip_batches(view, self.batches_per_epoch, epoch)
         if not self.shuffle:
             return clipped

@@ -48,6 +48,10 @@ class BatchView(Sequence):
             item += len(self)
         if not 0 <= item < len(self):
             raise IndexError("batch index out of range")
+        return self._batch(item)
+
+    def _batch(self, item: int) -> List[str]:
+        """Batch ``item`` (in range) as a list of ids."""
         return decode_ids(self.ids[self.bounds[item]:self.bounds[item + 1]])
 
     def __iter__(self):
@@ -59,7 +63,13 @@ class BatchView(Sequence):
         return np.diff(self.bounds)
 
     def take(self, batches: np.ndarray) -> "BatchView":
-        """The batches at ``batches`` (indices, repeats allowed), in that order."""
+        """The batches at ``batches`` (indices, repeats allowed), in that order, as an OrderedView: no id
+        is copied (NOTE [ Lazy epoch plans ] in ordered.py)."""
+        from speechiter.iterator.ordered import OrderedView  # ordered.py subclasses BatchView
+        return OrderedView(self, batches)
+
+    def gather(self, batches: np.ndarray) -> "BatchView":
+        """:meth:`take` with the ids (and padding) copied into fresh arrays."""
         batches = np.asarray(batches, dtype=np.int64)
         sizes = self.sizes()[batches]
         bounds = np.zeros(len(batches) + 1, dtype=np.int64)
