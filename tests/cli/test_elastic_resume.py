@@ -189,7 +189,7 @@ def kill_and_resize(tmp_path: Path, kind: str, plan: list, seed: int) -> list:
     segments, start = [], (1, 0)
     for index, (world_size, workers, *pause_at) in enumerate(plan):
         last = index == len(plan) - 1
-        pause = None if last else ("*", pause_at[0]) if pause_at else (rng.randrange(world_size), rng.randrange(1, 12))
+        pause = None if last else ("*", pause_at[0]) if pause_at else (rng.randrange(world_size), rng.randrange(1, 8))
         killed = run_segment(tmp_path, cfg, index, world_size, workers, resume=index > 0, pause=pause)
         end = resume_point(tmp_path) if killed else (EPOCHS + 1, 0)
         segments.append((index, world_size, start, end))
@@ -207,10 +207,16 @@ def test_a_killed_two_rank_job_resumes_on_three(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["block", "bucket", "abs", "semi"])
 def test_random_kills_and_resizes(tmp_path, kind):
+    """Three segments, each on another number of ranks (1 to 4) than the one before, with 0 or 1 workers (2 on
+    at most two ranks, mostly none on three or four: a process's start costs more than its loading); both kills
+    must land."""
     rng = random.Random(f"elastic-{kind}")
-    plan = [(rng.choice([1, 2, 3, 4]), rng.choice([0, 1, 2])) for _ in range(5)]
+    plan = []
+    for _ in range(3):
+        world_size = rng.choice([w for w in (1, 2, 3, 4) if not plan or w != plan[-1][0]])
+        plan.append((world_size, rng.choice([0, 1, 2] if world_size <= 2 else [0, 0, 1])))
     segments = kill_and_resize(tmp_path, kind, plan, seed=rng.randrange(2 ** 16))
-    assert len(segments) >= 3, segments  # at least two kills
+    assert len(segments) == 3, segments  # two kills
