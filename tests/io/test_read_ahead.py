@@ -100,7 +100,10 @@ def test_an_s3_pack_read_ahead_gives_the_same_batches_at_one_request_per_batch(s
     finally:
         iterator.close()
     assert got == want
-    assert len(ranged_gets(s3_proxy)) / len(got) <= 1.05, (len(ranged_gets(s3_proxy)), len(got))
+    # one request per batch; with workers, at most one more in the run: tasks are promised (read ahead
+    # by the worker that will build them) only once a worker has said that it reads ahead
+    assert len(ranged_gets(s3_proxy)) - len(got) <= (1 if settings.get("num_workers") else 0), (
+        len(ranged_gets(s3_proxy)), len(got))
     if settings.get("thread_type") != "proc":
         with monkeypatch.context() as m:  # the same without reading ahead, in this process
             m.delattr(DatasetReader, "prepare")
