@@ -98,8 +98,8 @@ class Dataset:
         if not files:
             raise ConfigError(f"main_data.{key}", "expected an idx2 file or a list of them, got an empty list")
         merged = read_idx2_files(files, key, on_duplicate="last")
-        column = Column(IdIndex(merged.ids, merged.ids_sorted), merged.buffers, merged.starts, merged.ends, merged.file_no,
-                        merged.files, key in self.path_keys)
+        column = Column(IdIndex(merged.ids, merged.ids_sorted), merged.buffers, merged.starts, merged.ends,
+                        merged.file_no, merged.files, key in self.path_keys)
         return merged.files, column
 
     def _intersect_ids(self) -> IdList:
@@ -269,9 +269,7 @@ class Dataset:
             odd = odd_shape(rows, items)
             if odd is None:
                 raise
-            name, uid, shape, usual = odd
-            problem = (f"has shape (T, {', '.join(map(str, shape))}) but the batch's other utterances have "
-                       f"(T, {', '.join(map(str, usual))})")
+            name, uid, problem = odd
             if name not in self.main_data:
                 raise DataError(f"utterance {uid}: {name} {problem}") from None
             raise self.data_error(name, uid, f"{self.main_data[name][uid]} {problem}") from None

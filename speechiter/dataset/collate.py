@@ -64,10 +64,10 @@ def check_same_keys(ids: Sequence[str], items: Sequence[Dict[str, Any]]) -> None
                             f"{sorted(first)}, {uid} gives {sorted(item)}")
 
 
-def odd_shape(ids: Sequence[str], items: Sequence[Dict[str, Any]]) -> Optional[Tuple[str, str, tuple, tuple]]:
-    """``(name, id, its trailing shape, the batch's usual one)`` of the first
-    utterance whose array differs from most of the batch beyond the first
-    axis (channels, feature dimension), or None."""
+def odd_shape(ids: Sequence[str], items: Sequence[Dict[str, Any]]) -> Optional[Tuple[str, str, str]]:
+    """``(name, id, what is wrong)`` of the first utterance whose array
+    differs from most of the batch beyond the first axis (channels, feature
+    dimension), or None."""
     for name, value in items[0].items() if items else ():
         if not isinstance(value, np.ndarray) or not value.ndim:
             continue
@@ -75,5 +75,6 @@ def odd_shape(ids: Sequence[str], items: Sequence[Dict[str, Any]]) -> Optional[T
         usual = max(set(shapes), key=shapes.count)
         for uid, shape in zip(ids, shapes):
             if shape != usual and shape is not None:
-                return name, uid, shape, usual
+                return name, uid, (f"has shape (T, {', '.join(map(str, shape))}) but the batch's other "
+                                   f"utterances have (T, {', '.join(map(str, usual))})")
     return None
