@@ -16,6 +16,7 @@ from typing import Dict, Union
 
 from speechiter.errors import DataError
 from speechiter.io.kaldi_segments import is_kaldi_segments, kaldi_segment_value
+from speechiter.io.pipes import is_piped
 from speechiter.io.source import split_chunk_key
 from speechiter.io.storage import is_url
 
@@ -39,7 +40,7 @@ def resolve_data_path(value: PathLike, idx2_path: PathLike) -> str:
     value, idx2_path = os.fspath(value), os.fspath(idx2_path)
     if is_kaldi_segments(idx2_path):
         return kaldi_segment_value(value, idx2_path)
-    if is_url(value) or value.rstrip().endswith("|"):
+    if is_url(value) or is_piped(value):
         return value
     file, key = split_chunk_key(value)
     if os.path.isabs(file):

@@ -78,13 +78,13 @@ class Loader:
         return [task.ids for task in self.tasks]
 
     def _attributes(self, offset: int):
-        """The ids and padding rows of the ``offset``-th task of this loader."""
-        tasks = self.tasks
+        """The ids, padding rows and group_info columns of the ``offset``-th task of this loader."""
+        tasks, group_info = self.tasks, self.iterator.group_info
         plan = getattr(tasks, "batches", None)
         if plan is None:  # an epoch_tasks override that returns plain tasks
-            return tasks[offset].ids, None
+            return tasks[offset].ids, None, group_info
         position = tasks.start + offset
-        return plan[position], plan.padding_of(position)
+        return plan[position], plan.padding_of(position), group_info
 
     def _following_tasks(self, count: int) -> List:
         """The first ``count`` tasks after this epoch: the next epoch's, then,
@@ -104,10 +104,9 @@ class Loader:
         started = time.perf_counter()  # the time to the first batch includes starting the workers
         batches = self._timing.timed(engine.iterate(self.tasks, lookahead), started)
         try:
-            group_info = self.iterator.group_info
             for offset, batch in enumerate(batches):
                 self.step += 1
-                ids, padding = self._attributes(offset)
+                ids, padding, group_info = self._attributes(offset)
                 yield attach(batch, ids, group_info, padding)
         finally:
             batches.close()

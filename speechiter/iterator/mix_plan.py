@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from speechiter.batch import Batch, group_meta
+from speechiter.batch import Batch
 from speechiter.group import stream_position
 from speechiter.iterator.tasks import EpochTasks
 from speechiter.loader import Loader
@@ -149,11 +149,16 @@ class MixLoader(Loader):
     """The Loader of a mixed iterator: each batch also says its corpus (``batch.source``) and carries that
     corpus's group_info values (``batch.meta``). See NOTE [ Batch attributes ] in speechiter/batch.py."""
 
+    def _source(self, offset: int) -> str:
+        """The corpus of the ``offset``-th task of this loader."""
+        return self.iterator.names[self.tasks.batches.locate(self.tasks.start + offset)[0]]
+
+    def _attributes(self, offset: int):
+        ids, padding, _ = super()._attributes(offset)
+        return ids, padding, self.iterator.iterators[self._source(offset)].group_info
+
     def __iter__(self):
-        mix = self.iterator
         for offset, batch in enumerate(super().__iter__()):
             if isinstance(batch, Batch):
-                batch.source = mix.names[self.tasks.batches.locate(self.tasks.start + offset)[0]]
-                # the corpus's group_info values, beside what the workers recorded (augment, view)
-                batch.meta = {**(group_meta(mix.iterators[batch.source].group_info, batch.ids) or {}), **batch.meta}
+                batch.source = self._source(offset)
             yield batch
