@@ -29,10 +29,10 @@ from typing import Optional, Union
 
 import numpy as np
 
-from speechiter.io.pcm import PCM16_SCALE
 from speechiter.checks import check_bool, check_int, check_number
 from speechiter.config import read_yaml_file
 from speechiter.errors import ConfigError
+from speechiter.fbank import Workspace, utterance_log_mel
 from speechiter.paths import PRESETS_DIR, find_preset, is_preset
 from speechiter.registry import check_keywords
 
@@ -42,8 +42,6 @@ WINDOWS = ("povey", "hanning", "hamming", "rectangular", "blackman")
 NORMALIZE = ("utterance",)
 #: the shipped presets (see speechiter.paths.find_preset)
 CONFIG_DIR = PRESETS_DIR
-_EPS = float(np.finfo(np.float32).eps)  # Kaldi's log floor
-_NORM_EPS = 1e-5
 
 
 def _mel(freq):
@@ -110,8 +108,9 @@ class LogMel:
         self.remove_dc_offset = check_bool(remove_dc_offset, f"{w}.remove_dc_offset")
         import torch  # here, not at module level: worker processes only import it when they compute features
 
-        self._window = torch.from_numpy(self._window_function())
-        self._banks = torch.from_numpy(self._mel_banks())
+        self.window_tensor = torch.from_numpy(self._window_function())
+        self.banks_tensor = torch.from_numpy(self._mel_banks())
+        self._workspace = Workspace()  # See NOTE [ Log-mel memory traffic ] in fbank.py
 
     @classmethod
     def from_conf(cls, conf: dict, sample_rate: Optional[int] = None) -> "LogMel":
@@ -183,29 +182,9 @@ class LogMel:
         frames_n = self.num_frames(wave.shape[0])
         if frames_n == 0:
             return np.zeros((0, self.n_mels), dtype=np.float32)
-        import torch
-
-        with torch.no_grad():
-            x = torch.from_numpy(wave * np.float32(PCM16_SCALE))
-            frames = x.unfold(0, self.window_size, self.window_shift)
-            if self.dither > 0:
-                if generator is None:
-                    raise ValueError("LogMel with dither > 0 needs a generator (speechiter.rng())")
-                noise = generator.standard_normal(tuple(frames.shape), dtype=np.float32)
-                frames = frames + torch.from_numpy(noise) * self.dither
-            if self.remove_dc_offset:
-                frames = frames - frames.mean(dim=1, keepdim=True)
-            if self.preemphasis:
-                first = frames[:, :1] * (1 - self.preemphasis)
-                frames = torch.cat([first, frames[:, 1:] - self.preemphasis * frames[:, :-1]], dim=1)
-            spectrum = torch.fft.rfft(frames * self._window, n=self.n_fft)
-            power = spectrum.real.square() + spectrum.imag.square()
-            feat = (power @ self._banks).clamp_min(_EPS).log()
-            if self.normalize == "utterance":
-                mean = feat.mean(dim=0, keepdim=True)
-                std = feat.std(dim=0, unbiased=False, keepdim=True)
-                feat = (feat - mean) / std.clamp_min(_NORM_EPS)
-            return feat.numpy().astype(np.float32, copy=False)
+        if self.dither > 0 and generator is None:
+            raise ValueError("LogMel with dither > 0 needs a generator (speechiter.rng())")
+        return utterance_log_mel(self, wave, frames_n, generator, self._workspace)
 
 
 def load_feat_conf(value: Union[dict, str, os.PathLike, None]) -> Optional[dict]:
