@@ -33,6 +33,7 @@ from speechiter.checks import check_bool, check_int, check_number
 from speechiter.config import read_yaml_file
 from speechiter.errors import ConfigError
 from speechiter.fbank import Workspace, utterance_log_mel
+from speechiter.gpu_features import resolve_feature_device
 from speechiter.paths import PRESETS_DIR, find_preset, is_preset
 from speechiter.registry import check_keywords
 
@@ -64,12 +65,15 @@ class LogMel:
         low_freq: lowest mel-bank edge.
         high_freq: highest edge; 0 or negative counts from the Nyquist rate.
         remove_dc_offset: subtract each frame's mean before pre-emphasis.
+        device: where: ``cpu`` in the loading workers, per utterance; ``cuda`` or
+            ``cuda:N`` on the GPU, per batch, in the converter (speechiter/gpu_features.py).
     """
 
     def __init__(self, sample_rate: int, n_mels: int = 80, frame_length: float = 25.0,
                  frame_shift: float = 10.0, n_fft: Optional[int] = None, preemphasis: float = 0.97,
                  dither: float = 0.0, normalize: Optional[str] = None, window: str = "povey",
-                 low_freq: float = 20.0, high_freq: float = 0.0, remove_dc_offset: bool = True):
+                 low_freq: float = 20.0, high_freq: float = 0.0, remove_dc_offset: bool = True,
+                 device: str = "cpu"):
         w = "feat_conf"
         self.sample_rate = check_int(sample_rate, f"{w}.sample_rate")
         self.n_mels = check_int(n_mels, f"{w}.n_mels")
@@ -106,6 +110,7 @@ class LogMel:
             raise ConfigError(f"{w}.high_freq", f"need low_freq < high_freq <= {nyquist:g} (Nyquist), got "
                                                 f"low_freq={low_freq}, high_freq={high_freq}")
         self.remove_dc_offset = check_bool(remove_dc_offset, f"{w}.remove_dc_offset")
+        self.device = resolve_feature_device(device, f"{w}.device")  # NOTE [ Features on the GPU ]
         import torch  # here, not at module level: worker processes only import it when they compute features
 
         self.window_tensor = torch.from_numpy(self._window_function())
@@ -131,7 +136,8 @@ class LogMel:
         return {"sample_rate": self.sample_rate, "n_mels": self.n_mels, "frame_length": self.frame_length,
                 "frame_shift": self.frame_shift, "n_fft": self.n_fft, "preemphasis": self.preemphasis,
                 "dither": self.dither, "normalize": self.normalize, "window": self.window,
-                "low_freq": self.low_freq, "high_freq": self.high_freq, "remove_dc_offset": self.remove_dc_offset}
+                "low_freq": self.low_freq, "high_freq": self.high_freq, "remove_dc_offset": self.remove_dc_offset,
+                "device": self.device}
 
     def __repr__(self):
         return f"LogMel({', '.join(f'{k}={v!r}' for k, v in self.conf().items())})"
