@@ -12,6 +12,7 @@
 - ``no_leaks`` (autouse): after every test (at its module's end when it uses a
   module- or session-scoped fixture), no child process or loading worker, no
   /dev/shm segment of this process and no engine thread (``speechiter-*``).
+- tests marked ``cuda`` skip where torch sees no GPU.
 """
 from __future__ import annotations
 
@@ -31,6 +32,16 @@ from tests.recipes import write_recipe
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOOLS_DIR = REPO_ROOT / "tools"
 DEMO_DATA = REPO_ROOT / "demo" / "data"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` skip without a GPU (they run on a GPU machine: tools/bench_node.py --tests)."""
+    marked = [item for item in items if "cuda" in item.keywords]
+    if marked:
+        import torch
+        if not torch.cuda.is_available():
+            for item in marked:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
 def load_tool(name):
