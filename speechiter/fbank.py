@@ -14,15 +14,20 @@ about 16 KB per 10 ms frame, so a 15 s utterance allocates and streams 24 MB,
 mostly fresh memory the kernel must zero; on a 16-core node every worker
 doing that at once ran at 0.41 of its one-worker rate (issue 29). Here:
 
-- the frames are processed in blocks of :data:`BLOCK_FRAMES` (the scaled
-  waveform, noise, frames, FFT input and spectrum of a block stay in a
-  core's L2 cache); only the power spectrum (1 KB per frame) and the output
-  are whole-utterance arrays, so the mel matrix product is the same single
-  product as before (blocked products round differently);
+- the frames are processed in blocks of :data:`BLOCK_FRAMES` (the noise,
+  frames, FFT input and spectrum of a block, ~8 KB a frame, stay in a core's
+  cache rather than streaming a whole utterance's through memory); only the
+  scaled waveform, the power spectrum (1 KB per frame) and the output are
+  whole-utterance arrays, so the mel matrix product is the same single product
+  as before (blocked products round differently);
 - every buffer comes from a :class:`Workspace` reused across utterances (no
   allocation, no page fault per utterance);
-- each step writes in place (``out=``, ``mul_``), so a block touches its
-  buffers once per step: about 4 KB per frame in all.
+- each step writes in place (``out=``, ``mul_``): no temporaries.
+
+A block costs a few dozen torch calls: on one core, blocks of 128 frames cost
+~35% more time than one block per utterance, 512 frames ~3% (a loaded 2-core
+VM; tools/bench_node.py measures every size in 1 to cores-2 processes at
+once, which is what the block size is for).
 
 The operations, their order and their inputs' layouts are those of the plain
 version (the FFT gives the same bits for any number of rows: tested), so the
@@ -34,8 +39,8 @@ import numpy as np
 
 from speechiter.io.pcm import PCM16_SCALE
 
-#: frames per block: ~0.6 MB of buffers per block at 25 ms / 10 ms / 512-point FFT
-BLOCK_FRAMES = 128
+#: frames per block: ~4 MB of buffers at 25 ms / 10 ms / a 512-point FFT (see NOTE [ Log-mel memory traffic ])
+BLOCK_FRAMES = 512
 EPS = float(np.finfo(np.float32).eps)  # Kaldi's log floor
 NORM_EPS = 1e-5
 

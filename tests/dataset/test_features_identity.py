@@ -26,11 +26,12 @@ def same_bits(a, b):
 
 @pytest.fixture(scope="module")
 def waves(tmp_path_factory):
-    root = _make_corpus(tmp_path_factory.mktemp("identity"), num=6, min_sec=0.3, max_sec=4.0)
+    root = _make_corpus(tmp_path_factory.mktemp("identity"), num=4, min_sec=0.3, max_sec=3.0)
     waves = [soundfile.read(root / line.split()[1], dtype="float32")[0]
              for line in (root / "idx2wav").read_text().splitlines()]
     rng = np.random.default_rng(5)
-    return waves + [rng.uniform(-1, 1, n).astype(np.float32) for n in (400, 400 + 127 * 160, 400 + 128 * 160)]
+    lengths = (400, 400 + 127 * 160, 400 + 128 * 160, 400 + 1100 * 160)  # one frame, block edges, 3 blocks
+    return waves + [rng.uniform(-1, 1, n).astype(np.float32) for n in lengths]
 
 
 @pytest.mark.parametrize("conf", SETTINGS)
@@ -43,11 +44,11 @@ def test_blocked_kernel_gives_the_plain_kernels_bits(waves, conf):
         assert ours.bit_generator.state == theirs.bit_generator.state  # as many draws
 
 
-@pytest.mark.parametrize("block", [1, 7, 1000])
+@pytest.mark.parametrize("block", [5, 64, 1000])
 def test_any_block_size_gives_the_same_bits(waves, block):
     mel = LogMel(sample_rate=16000, dither=1.0)
     workspace = fbank.Workspace()
-    for i, wave in enumerate(waves):
+    for i, wave in enumerate(waves[-4:-1]):
         feat = fbank.utterance_log_mel(mel, wave, mel.num_frames(len(wave)), np.random.default_rng(i), workspace,
                                        block=block)
         assert same_bits(feat, reference_log_mel(mel, wave, np.random.default_rng(i)))
