@@ -10,9 +10,11 @@ Written plainly, an utterance's log-mel makes a dozen temporaries of its
 frames' size (the scaled waveform, dither noise, the DC-free frames, the
 pre-emphasis product and difference, their concatenation, the windowed
 frames, the zero-padded FFT input, the spectrum, two squares and their sum):
-about 16 KB per 10 ms frame, so a 15 s utterance allocates and streams 24 MB,
-mostly fresh memory the kernel must zero; on a 16-core node every worker
-doing that at once ran at 0.41 of its one-worker rate (issue 29). Here:
+about 16 KB per 10 ms frame, so a 15 s utterance allocates and streams 24 MB
+(a warm worker's heap serves it without page faults: 0-12 per second of
+audio, 70-120 in a fresh process), each temporary written once and read back.
+On a 16-core node every worker doing that at once ran at 0.41 of its
+one-worker rate (issue 29), the mark of work bound by memory traffic. Here:
 
 - the frames are processed in blocks of :data:`BLOCK_FRAMES` (the noise,
   frames, FFT input and spectrum of a block, ~8 KB a frame, stay in a core's
@@ -24,10 +26,14 @@ doing that at once ran at 0.41 of its one-worker rate (issue 29). Here:
   allocation, no page fault per utterance);
 - each step writes in place (``out=``, ``mul_``): no temporaries.
 
-A block costs a few dozen torch calls: on one core, blocks of 128 frames cost
-~35% more time than one block per utterance, 512 frames ~3% (a loaded 2-core
-VM; tools/bench_node.py measures every size in 1 to cores-2 processes at
-once, which is what the block size is for).
+On one core the kernel is compute-bound and blocks cost calls (a dozen per
+block, about a microsecond each). In a worker's batch path, µs of CPU per
+second of audio on a loaded 2-core VM (two runs): plain 341-391, one block per
+utterance 331-350, blocks of 256 frames 353-411, 512 382-398, 128 469-588.
+What blocks buy is memory traffic when every core runs a worker: about 3 KB
+per frame leave the cache at 256 frames, 9 KB with one block per utterance,
+16 KB plain. tools/bench_node.py measures each size in 1 to cores-2
+processes at once on a node; :data:`BLOCK_FRAMES` should follow it.
 
 The operations, their order and their inputs' layouts are those of the plain
 version (the FFT gives the same bits for any number of rows: tested), so the
@@ -39,8 +45,8 @@ import numpy as np
 
 from speechiter.io.pcm import PCM16_SCALE
 
-#: frames per block: ~4 MB of buffers at 25 ms / 10 ms / a 512-point FFT (see NOTE [ Log-mel memory traffic ])
-BLOCK_FRAMES = 512
+#: frames per block: ~2 MB of buffers at 25 ms / 10 ms / a 512-point FFT (see NOTE [ Log-mel memory traffic ])
+BLOCK_FRAMES = 256
 EPS = float(np.finfo(np.float32).eps)  # Kaldi's log floor
 NORM_EPS = 1e-5
 
@@ -57,7 +63,9 @@ class Workspace:
         when the buffer is made: ``zeroed`` buffers keep the zeros the caller never writes)."""
         import torch
         buffers = self._local.__dict__.setdefault("buffers", {})
-        count = int(np.prod(shape))
+        count = 1
+        for n in shape:
+            count *= n
         buffer = buffers.get(name)
         if buffer is None or buffer.numel() < count or buffer.dtype != dtype:
             size = max(count, 2 * buffer.numel() if buffer is not None and buffer.dtype == dtype else 0)
@@ -71,42 +79,59 @@ class Workspace:
         self.__init__()
 
 
+class _Block:
+    """The buffers of a block of ``rows`` frames, and the views each step writes (made once per utterance,
+    not per block: a torch call costs about a microsecond)."""
+
+    def __init__(self, workspace: Workspace, rows: int, mel, bins: int):
+        import torch
+        size = mel.window_size
+        self.rows = rows
+        self.own = workspace.get("frames", (rows, size), torch.float32)
+        self.own_parts = (self.own[:, :-1], self.own[:, 1:], self.own[:, :1])
+        self.noise = workspace.get("noise", (rows, size), torch.float32) if mel.dither > 0 else None
+        self.padded = workspace.get("padded", (rows, mel.n_fft), torch.float32, zeroed=True)  # cols >= size: 0
+        self.windowed = self.padded[:, :size]
+        self.windowed_parts = (self.windowed[:, 1:], self.windowed[:, :1])
+        self.spectrum = workspace.get("spectrum", (rows, bins), torch.complex64)
+        self.real, self.imag = self.spectrum.real, self.spectrum.imag
+        self.square = workspace.get("square", (rows, bins), torch.float32)
+
+
 def utterance_log_mel(mel, wave: np.ndarray, frames_n: int, generator, workspace: Workspace,
                       block: int = BLOCK_FRAMES):
     """Log-mel ``(frames_n, n_mels)`` float32 numpy of ``wave`` (1-D float32, at least one frame) with
     ``mel``'s settings (a LogMel). See NOTE [ Log-mel memory traffic ]."""
     import torch
 
-    size, shift, p = mel.window_size, mel.window_shift, mel.preemphasis
-    bins = mel.n_fft // 2 + 1
+    p, bins = mel.preemphasis, mel.n_fft // 2 + 1
     with torch.no_grad():
         x = workspace.get("wave", (wave.shape[0],), torch.float32)
         np.multiply(wave, np.float32(PCM16_SCALE), out=x.numpy())
+        framed = x.unfold(0, mel.window_size, mel.window_shift)  # (frames, window), a view
         power = workspace.get("power", (frames_n, bins), torch.float32)
+        full = _Block(workspace, min(block, frames_n), mel, bins)
         for start in range(0, frames_n, block):
             n = min(block, frames_n - start)
-            frames = x[start * shift:start * shift + (n - 1) * shift + size].unfold(0, size, shift)
-            own = workspace.get("frames", (n, size), torch.float32)
-            if mel.dither > 0:
-                noise = workspace.get("noise", (n, size), torch.float32)
-                generator.standard_normal(dtype=np.float32, out=noise.numpy())
-                frames = torch.add(frames, noise.mul_(mel.dither), out=own)
+            b = full if n == full.rows else _Block(workspace, n, mel, bins)
+            frames = framed[start:start + n]
+            if b.noise is not None:
+                generator.standard_normal(dtype=np.float32, out=b.noise.numpy())
+                frames = torch.add(frames, b.noise.mul_(mel.dither), out=b.own)
             if mel.remove_dc_offset:
-                frames = torch.sub(frames, frames.mean(dim=1, keepdim=True), out=own)
-            padded = workspace.get("padded", (n, mel.n_fft), torch.float32, zeroed=True)  # columns >= size stay 0
-            windowed = padded[:, :size]
+                frames = torch.sub(frames, frames.mean(dim=1, keepdim=True), out=b.own)
             if p:
-                torch.mul(frames[:, :-1], p, out=windowed[:, 1:])
-                torch.sub(frames[:, 1:], windowed[:, 1:], out=windowed[:, 1:])
-                torch.mul(frames[:, :1], 1 - p, out=windowed[:, :1])
+                head, tail, first = b.own_parts if frames is b.own else (frames[:, :-1], frames[:, 1:], frames[:, :1])
+                torch.mul(head, p, out=b.windowed_parts[0])
+                torch.sub(tail, b.windowed_parts[0], out=b.windowed_parts[0])
+                torch.mul(first, 1 - p, out=b.windowed_parts[1])
             else:
-                windowed.copy_(frames)
-            windowed.mul_(mel.window_tensor)
-            spectrum = torch.fft.rfft(padded, out=workspace.get("spectrum", (n, bins), torch.complex64))
-            square = workspace.get("square", (n, bins), torch.float32)
+                b.windowed.copy_(frames)
+            b.windowed.mul_(mel.window_tensor)
+            torch.fft.rfft(b.padded, out=b.spectrum)
             rows = power[start:start + n]
-            torch.mul(spectrum.real, spectrum.real, out=rows)
-            rows.add_(torch.mul(spectrum.imag, spectrum.imag, out=square))
+            torch.mul(b.real, b.real, out=rows)
+            rows.add_(torch.mul(b.imag, b.imag, out=b.square))
         feat = torch.matmul(power, mel.banks_tensor).clamp_min_(EPS).log_()
         if mel.normalize == "utterance":
             mean = feat.mean(dim=0, keepdim=True)
