@@ -207,6 +207,7 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
         indexer = _make_indexer(factory, wid, results.send)
         if indexer is None:
             return
+        cap.check()  # building the indexer may have imported torch (LogMel does)
         queued = _Queued(indexer)
         waiting, stopping = _Readable(tasks), _Readable(done)
         while not stopping():
@@ -247,6 +248,7 @@ def thread_worker_loop(wid, factory, tasks, results, done, threads=1):
     indexer = _make_indexer(factory, wid, results.put)
     if indexer is None:
         return
+    cap.check()
     queued = _Queued(indexer)
     while not done.is_set():
         if not queued:
