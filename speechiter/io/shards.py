@@ -23,14 +23,15 @@ in folders speechiter does not write to; their records are in the
 ``shards.json`` beside the idx2 files instead, keyed by the shard's path
 (relative to that folder) or URL. A path column notes its idx2 files' folders
 (:func:`note_index_files`, in every process that reads it), and a shard not
-in its own folder's table is looked up in theirs.
+in its own folder's table is looked up in theirs. Such a shard changed after
+its import is imported again (the error names the importer), never resealed.
 """
 from __future__ import annotations
 
 import json
 import os
 import threading
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from speechiter.errors import DataError
 from speechiter.io.storage import _status, call, filesystem, is_url, read_range, redact
@@ -42,6 +43,7 @@ _tables: Dict[str, Dict[str, dict]] = {}  # folder -> {shard name: record}; plai
 _checked: Dict[str, Optional[str]] = {}  # shard -> the ETag its reads are conditional on (None: checked)
 _index_folders: Dict[str, None] = {}  # folders of idx2 files whose shards.json may list shards elsewhere
 _index_tables: Dict[str, Dict[str, dict]] = {}  # index folder -> {shard path or URL: record}
+_IMPORTED = "_imported"  # a record's key, set where it comes from an import's table: (its folder, importer)
 _lock = threading.Lock()
 _first_reads: Dict[str, threading.Lock] = {}  # folder or shard -> held while its table is read or it is checked
 
@@ -89,7 +91,7 @@ def shard_record(file: str) -> Optional[dict]:
         with _once(folder):  # the batches read ahead start together: one read of the table
             table = _tables.get(folder)
             if table is None:
-                table = _read_table(folder)
+                table = _read_table(folder)[0]
                 with _lock:
                     _tables[folder] = table
     record = table.get(name)
@@ -98,8 +100,9 @@ def shard_record(file: str) -> Optional[dict]:
         for index in list(_index_folders):
             with _once(index):
                 if index not in _index_tables:
-                    _index_tables[index] = {(k if is_url(k) else os.path.normpath(os.path.join(index, k))): v
-                                            for k, v in _read_table(index).items()}
+                    shards, importer = _read_table(index)
+                    _index_tables[index] = {(k if is_url(k) else os.path.normpath(os.path.join(index, k))):
+                                            {**v, _IMPORTED: (index, importer)} for k, v in shards.items()}
             record = _index_tables[index].get(key)
             if record is not None:
                 break
@@ -112,7 +115,8 @@ def _once(key: str) -> threading.Lock:
         return _first_reads.setdefault(key, threading.Lock())
 
 
-def _read_table(folder: str) -> Dict[str, dict]:
+def _read_table(folder: str) -> Tuple[Dict[str, dict], Optional[str]]:
+    """``({shard: record}, the importer that wrote it or None)`` of the shards.json in ``folder``."""
     path = f"{folder}/{SHARDS_FILE}" if is_url(folder) else os.path.join(folder, SHARDS_FILE)
     if is_url(path):
         fs = filesystem(path)
@@ -128,24 +132,35 @@ def _read_table(folder: str) -> Dict[str, dict]:
             with open(path, "rb") as f:
                 text = f.read()
         except FileNotFoundError:
-            return {}
+            return {}, None
         except OSError as e:
             raise DataError(f"{path}: cannot read the pack's shard table ({e.strerror or e})") from None
     if text is None:
-        return {}
+        return {}, None
     try:
-        shards = json.loads(text)["shards"]
+        document = json.loads(text)
+        shards = document["shards"]
         if not isinstance(shards, dict):
             raise TypeError
     except (ValueError, KeyError, TypeError):
         raise DataError(f"{redact(path)}: not a shard table (expected JSON with a 'shards' mapping)") from None
-    return shards
+    importer = document.get("importer")
+    return shards, importer if isinstance(importer, str) and importer.isidentifier() else None
 
 
-def _changed(file: str, what: str) -> DataError:
-    return DataError(f"{redact(file)}: the pack shard changed after it was written ({what}); write the pack again "
-                     f"(python -m speechiter.pack), or reseal a deliberate copy with "
-                     f"python -m speechiter.pack --reseal <pack folder>")
+def _changed(file: str, what: str, record: Optional[dict]) -> DataError:
+    """The error for a shard that is not what ``record`` says: packs are written again or resealed, shards
+    indexed in place (tar shards) imported again."""
+    imported = (record or {}).get(_IMPORTED)
+    if imported is None:
+        return DataError(f"{redact(file)}: the pack shard changed after it was written ({what}); write the pack "
+                         f"again (python -m speechiter.pack), or reseal a deliberate copy with "
+                         f"python -m speechiter.pack --reseal <pack folder>")
+    index, importer = imported
+    again = (f"python -m speechiter.importers.{importer} ... {index}" if importer else
+             f"the importer that wrote {os.path.join(index, SHARDS_FILE)}")
+    return DataError(f"{redact(file)}: the shard changed after it was imported ({what}); import the shards again "
+                     f"({again}), which indexes their members anew")
 
 
 def _check(file: str) -> Optional[str]:
@@ -167,20 +182,20 @@ def _check_now(file: str) -> Optional[str]:
         if not is_url(file):
             st = os.stat(file)
             if size is not None and st.st_size != size:
-                raise _changed(file, f"{st.st_size} bytes, {SHARDS_FILE} says {size}")
+                raise _changed(file, f"{st.st_size} bytes, {SHARDS_FILE} says {size}", record)
             mtime = record.get("mtime_ns")
             if mtime is not None and st.st_mtime_ns != mtime:
-                raise _changed(file, f"modified at mtime_ns {st.st_mtime_ns}, {SHARDS_FILE} says {mtime}")
+                raise _changed(file, f"modified at mtime_ns {st.st_mtime_ns}, {SHARDS_FILE} says {mtime}", record)
         elif record.get("etag") and file.split("://", 1)[0].lower() in ("s3", "s3a") \
                 and not os.environ.get("SPEECHITER_STORAGE_CACHE"):
             etag = record["etag"]  # checked by the store on every read
         else:
             info = call(file, lambda: filesystem(file).info(file), "read the object's size")
             if size is not None and int(info.get("size") or -1) != size:
-                raise _changed(file, f"{info.get('size')} bytes, {SHARDS_FILE} says {size}")
+                raise _changed(file, f"{info.get('size')} bytes, {SHARDS_FILE} says {size}", record)
             now = info.get("ETag") or info.get("etag")
             if record.get("etag") and now and now.strip('"') != str(record["etag"]).strip('"'):
-                raise _changed(file, f"ETag {now}, {SHARDS_FILE} says {record['etag']}")
+                raise _changed(file, f"ETag {now}, {SHARDS_FILE} says {record['etag']}", record)
     with _lock:
         _checked[file] = etag
     return etag
@@ -239,7 +254,7 @@ def _read_remote(url: str, start: int, end: int, etag: Optional[str]) -> bytes:
         except Exception as e:  # the store's answer decides: See NOTE [ Storage failures ] in storage.py
             status = _status(e)
             if status == 412 or "PreconditionFailed" in str(e):
-                raise _changed(url, f"its ETag is no longer {etag}") from None
+                raise _changed(url, f"its ETag is no longer {etag}", shard_record(url)) from None
             if status == 416 or "InvalidRange" in str(e):
                 return b""
             raise

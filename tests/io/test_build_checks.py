@@ -9,7 +9,6 @@ import pytest
 import soundfile
 
 import speechiter
-from speechiter.dump import checksum
 from speechiter.errors import DataError
 from speechiter.importers import kaldi
 
