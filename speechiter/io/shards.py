@@ -84,9 +84,12 @@ def _split(file: str):
 
 
 def shard_record(file: str) -> Optional[dict]:
-    """The record ``shards.json`` keeps for ``file`` (None: not a listed shard)."""
+    """The record ``shards.json`` keeps for ``file`` (None: not a listed shard). A signed URL (one with a
+    query: a presigned https URL) has no table read beside it, which no signature covers; an idx2 folder's
+    table may list it, its query left out of the comparison."""
     folder, name = _split(file)
-    table = _tables.get(folder)
+    signed = is_url(file) and "?" in file
+    table = {} if signed else _tables.get(folder)
     if table is None:
         with _once(folder):  # the batches read ahead start together: one read of the table
             table = _tables.get(folder)
@@ -96,17 +99,27 @@ def shard_record(file: str) -> Optional[dict]:
                     _tables[folder] = table
     record = table.get(name)
     if record is None and _index_folders:
-        key = file if is_url(file) else os.path.abspath(file)
+        key = _unsigned(file) if is_url(file) else os.path.abspath(file)
         for index in list(_index_folders):
             with _once(index):
                 if index not in _index_tables:
                     shards, importer = _read_table(index)
-                    _index_tables[index] = {(k if is_url(k) else os.path.normpath(os.path.join(index, k))):
-                                            {**v, _IMPORTED: (index, importer)} for k, v in shards.items()}
+                    _index_tables[index] = {_index_key(index, k): {**v, _IMPORTED: (index, importer)}
+                                            for k, v in shards.items()}
             record = _index_tables[index].get(key)
             if record is not None:
                 break
     return record
+
+
+def _unsigned(url: str) -> str:
+    """A URL without its query (a presigned URL's signature, which changes each time it is signed)."""
+    return url.split("?", 1)[0]
+
+
+def _index_key(index: str, shard: str) -> str:
+    """An idx2 folder's shards.json key as :func:`shard_record` looks it up."""
+    return _unsigned(shard) if is_url(shard) else os.path.normpath(os.path.join(index, shard))
 
 
 def _once(key: str) -> threading.Lock:
@@ -213,9 +226,9 @@ def read_bytes(file: str, first: int, last: int, short_ok: bool = False) -> byte
             fd = os.open(file, os.O_RDONLY)
         except OSError as e:
             raise DataError(f"{file}: cannot read it ({e.strerror or e})") from None
-        try:
-            data = os.pread(fd, last + 1 - first, first)
+        try:  # never more than the file holds: a range can ask for up to 2^63 bytes
             size = os.fstat(fd).st_size
+            data = os.pread(fd, max(0, min(last + 1, size) - first), first) if first < size else b""
         finally:
             os.close(fd)
     if len(data) < last + 1 - first and not short_ok:
@@ -232,7 +245,7 @@ def _read_remote(url: str, start: int, end: int, etag: Optional[str]) -> bytes:
         try:
             return read_range(url, start, end)
         except DataError as e:
-            if "InvalidRange" in str(e) or " 416" in str(e):
+            if _unsatisfiable(e):
                 return b""
             raise
     fs = filesystem(url)
@@ -255,8 +268,14 @@ def _read_remote(url: str, start: int, end: int, etag: Optional[str]) -> bytes:
             status = _status(e)
             if status == 412 or "PreconditionFailed" in str(e):
                 raise _changed(url, f"its ETag is no longer {etag}", shard_record(url)) from None
-            if status == 416 or "InvalidRange" in str(e):
+            if status == 416 or _unsatisfiable(e):
                 return b""
             raise
 
     return call(url, read)
+
+
+def _unsatisfiable(error: BaseException) -> bool:
+    """Whether a store refused a range that starts past the object's end (416, as s3fs or botocore word it)."""
+    text = str(error)
+    return "InvalidRange" in text or " 416" in text or "range is not satisfiable" in text
