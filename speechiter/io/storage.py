@@ -42,7 +42,7 @@ from typing import Callable, Dict, Optional, Tuple, TypeVar
 from speechiter.errors import DataError
 from speechiter.io.ranged import check_length, checked_s3
 
-__all__ = ["is_url", "redact", "note_secrets", "filesystem", "call", "read_range", "INSTALL_HINT"]
+__all__ = ["is_url", "redact", "note_secrets", "filesystem", "call", "failure", "read_range", "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install 'speechiter[s3]'"
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -224,6 +224,8 @@ def _classify(error: BaseException) -> Tuple[str, bool]:
         return "no such object", False
     if isinstance(error, PermissionError) or status in (401, 403):
         return "access denied (check the credentials in the environment)", False
+    if type(error).__name__ == "NoCredentialsError":
+        return "no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)", False
     names = {cls.__name__ for cls in type(error).__mro__}
     if status is not None and status >= 500:
         return f"server error {status}", True
@@ -232,12 +234,19 @@ def _classify(error: BaseException) -> Tuple[str, bool]:
     if status is None and isinstance(error, OSError) and re.search(r"\b5\d\d\b|Service ?Unavailable|"
                                                                    r"InternalError", str(error)):
         return "server error", True
-    return "cannot read", False
+    return "failed", False
 
 
 def _reason(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
     return redact(text if len(text) <= 200 else text[:197] + "...")
+
+
+def failure(url: str, error: BaseException, what: str = "read", tries: int = 1) -> DataError:
+    """The one-line DataError for ``error`` met doing ``what`` at ``url`` (redacted), after ``tries``."""
+    problem = _classify(error)[0]
+    after = f" after {tries} tries" if tries > 1 else ""
+    return DataError(f"{redact(url)}: cannot {what}: {problem}{after} ({_reason(error)})")
 
 
 def call(url: str, fn: Callable[[], T], what: str = "read") -> T:
@@ -251,10 +260,8 @@ def call(url: str, fn: Callable[[], T], what: str = "read") -> T:
         except DataError:
             raise
         except Exception as e:  # fsspec backends raise many kinds; _classify sorts them
-            problem, transient = _classify(e)
-            if not transient or attempt == attempts:
-                tries = f" after {attempt} tries" if attempt > 1 else ""
-                raise DataError(f"{redact(url)}: cannot {what}: {problem}{tries} ({_reason(e)})") from None
+            if not _classify(e)[1] or attempt == attempts:
+                raise failure(url, e, what, attempt) from None
         time.sleep(_BACKOFF * 2 ** (attempt - 1))
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -25,10 +25,12 @@ class BadProxy:
     """An HTTP proxy on 127.0.0.1 in front of ``target`` that misbehaves per ``mode``: "whole" drops the Range
     header (the store answers 200 and the whole object), "short" answers a ranged GET with its first half
     (Content-Range and Content-Length to match), "short-lying" with its first half under the original
-    Content-Range, "signed" refuses (403) a GET with no signature in its query; "ok" forwards."""
+    Content-Range, "signed" refuses (403) a GET with no signature in its query, "deny" refuses (403) every
+    write (PUT, POST), "stall" never answers a write (until closed); "ok" forwards."""
 
     def __init__(self, target: str):
         self.mode = "ok"
+        self.released = threading.Event()
         host, port = target.split("//", 1)[1].split(":")
         proxy = self
 
@@ -42,6 +44,12 @@ class BadProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if proxy.mode == "signed" and self.command == "GET" and "X-Amz-Signature=" not in self.path:
                     return self._answer(403, {}, b"")
+                if proxy.mode in ("deny", "stall") and self.command in ("PUT", "POST"):
+                    if proxy.mode == "stall":
+                        proxy.released.wait(60)
+                        self.close_connection = True
+                        return None
+                    return self._answer(403, {}, b"<Error><Code>AccessDenied</Code></Error>")
                 headers = dict(self.headers)
                 ranged = any(k.lower() == "range" for k in headers)
                 if proxy.mode == "whole":
@@ -79,6 +87,7 @@ class BadProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self):
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()
 
