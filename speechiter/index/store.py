@@ -13,8 +13,9 @@ An entry's size, version and key say it is whole and current, not that its bytes
 disk error, a copy gone wrong or a tool that rewrote some bytes in place keeps the size (and a same-size
 edit may keep the mtime). A wrong sort or view would be a wrong plan, silently. So the header keeps the
 CRC-32 of the data, checked each time an entry is opened: read with ``pread`` in blocks (not through the
-mapping, so the check leaves no mapped pages in the process: a rank's USS stays what it maps later), about
-0.5 s per GB on this project's machine. A failed check is treated as no entry: the run parses and writes it
+mapping, so the check leaves no mapped pages in the process: a rank's USS stays what it maps later): 0.27 s
+for the 162 MB of a 2M-utterance corpus's entries on this project's 2-core machine under load (about 1.7 s
+per GB, against 6-16 s to parse those 2M rows). A failed check is treated as no entry: the run parses and writes it
 again. The file is opened without blocking and must be a regular file: a FIFO put in its place would
 otherwise wait for a writer forever.
 """

@@ -106,3 +106,17 @@ def test_wav_scp_files_missing_from_the_current_folder_are_named_at_build(tmp_pa
     monkeypatch.chdir(tmp_path / "s5")
     with pytest.raises(DataError, match=rf"^1 audio file of {scp} does not exist: {scp}:4 \(db/d.wav\); relative"):
         _loader(tmp_path, data / "segments", name="gone.yaml")
+
+
+def test_commands_with_shell_metacharacters_are_refused_at_build_and_never_run(tmp_path, make_corpus):
+    corpus = make_corpus(tmp_path / "c", num=5)
+    rows = [line.split() for line in (corpus / "idx2wav").read_text().splitlines()]
+    marker = tmp_path / "ran"
+    tricks = [f"cat {{}} ; touch {marker} |", f"cat {{}} && touch {marker} |", f"cat $(touch {marker}) {{}} |",
+              f"cat `touch {marker}` {{}} |", f"flac -c -d -s {{}} > {marker} |"]
+    idx2wav = corpus / "idx2wav_tricks"
+    idx2wav.write_text("".join(f"{u} {trick.format(corpus / v)}\n" for (u, v), trick in zip(rows, tricks)))
+    with pytest.raises(DataError, match=rf"^5 piped commands .*{idx2wav}:1 \(a pipeline, redirection or shell "
+                                        rf"variable\), {idx2wav}:2 \(a pipeline"):
+        _loader(tmp_path, idx2wav)
+    assert not marker.exists()
