@@ -9,7 +9,9 @@ audio. So before this process first reads a byte range of an object, the
 without one is not a pack, and nothing is checked), and a listed shard is
 checked once per process:
 
-- local: ``os.stat`` against the recorded size and mtime;
+- local: ``os.stat`` against the recorded size and mtime, and then ``fstat`` of
+  the file each read opens (free: the read needs its size anyway), so a shard
+  replaced while a run reads it is caught at its next read;
 - S3 with a recorded ETag: every ranged read is a conditional GET
   (``If-Match``), so the store refuses a changed object with no extra request;
 - other stores: one ``info`` (HEAD) per shard per process: size, and ETag where
@@ -41,6 +43,7 @@ __all__ = ["SHARDS_FILE", "read_bytes", "shard_record", "clear_shards", "note_in
 SHARDS_FILE = "shards.json"
 _tables: Dict[str, Dict[str, dict]] = {}  # folder -> {shard name: record}; plain data, a forked child keeps it
 _checked: Dict[str, Optional[str]] = {}  # shard -> the ETag its reads are conditional on (None: checked)
+_local_records: Dict[str, dict] = {}  # local shard -> its record, compared with the file each read opens
 _index_folders: Dict[str, None] = {}  # folders of idx2 files whose shards.json may list shards elsewhere
 _index_tables: Dict[str, Dict[str, dict]] = {}  # index folder -> {shard path or URL: record}
 _IMPORTED = "_imported"  # a record's key, set where it comes from an import's table: (its folder, importer)
@@ -53,6 +56,7 @@ def clear_shards() -> None:
     with _lock:
         _tables.clear()
         _checked.clear()
+        _local_records.clear()
         _index_tables.clear()
         _first_reads.clear()
 
@@ -193,12 +197,8 @@ def _check_now(file: str) -> Optional[str]:
     if record is not None:
         size = record.get("size")
         if not is_url(file):
-            st = os.stat(file)
-            if size is not None and st.st_size != size:
-                raise _changed(file, f"{st.st_size} bytes, {SHARDS_FILE} says {size}", record)
-            mtime = record.get("mtime_ns")
-            if mtime is not None and st.st_mtime_ns != mtime:
-                raise _changed(file, f"modified at mtime_ns {st.st_mtime_ns}, {SHARDS_FILE} says {mtime}", record)
+            _compare(file, os.stat(file), record)
+            _local_records[file] = record  # and again at each read (a shard replaced mid-run)
         elif record.get("etag") and file.split("://", 1)[0].lower() in ("s3", "s3a") \
                 and not os.environ.get("SPEECHITER_STORAGE_CACHE"):
             etag = record["etag"]  # checked by the store on every read
@@ -214,6 +214,15 @@ def _check_now(file: str) -> Optional[str]:
     return etag
 
 
+def _compare(file: str, st: os.stat_result, record: dict) -> None:
+    """Raise the changed-shard error unless a local shard's stat matches its record."""
+    size, mtime = record.get("size"), record.get("mtime_ns")
+    if size is not None and st.st_size != size:
+        raise _changed(file, f"{st.st_size} bytes, {SHARDS_FILE} says {size}", record)
+    if mtime is not None and st.st_mtime_ns != mtime:
+        raise _changed(file, f"modified at mtime_ns {st.st_mtime_ns}, {SHARDS_FILE} says {mtime}", record)
+
+
 def read_bytes(file: str, first: int, last: int, short_ok: bool = False) -> bytes:
     """Bytes ``first..last`` (inclusive) of ``file``, a path or URL: one read,
     after the shard check (NOTE [ Shard integrity ]). A range past the object's
@@ -227,7 +236,11 @@ def read_bytes(file: str, first: int, last: int, short_ok: bool = False) -> byte
         except OSError as e:
             raise DataError(f"{file}: cannot read it ({e.strerror or e})") from None
         try:  # never more than the file holds: a range can ask for up to 2^63 bytes
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            record = _local_records.get(file)
+            if record is not None:  # the file this read opened, not only the one first checked
+                _compare(file, st, record)
+            size = st.st_size
             data = os.pread(fd, max(0, min(last + 1, size) - first), first) if first < size else b""
         finally:
             os.close(fd)

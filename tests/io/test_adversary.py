@@ -215,3 +215,17 @@ def test_a_byte_range_past_64_bits_in_a_batch_names_the_utterance(tmp_path, make
     index.write_text("\n".join(lines) + "\n")
     with pytest.raises((DataError, WorkerError), match=rf"utterance {uid} .*past what a file offset can be"):
         batches(packed, num_workers=0)
+
+
+def test_a_local_shard_replaced_mid_run_is_caught_at_its_next_read(tmp_path, make_corpus):
+    from speechiter.io.shards import read_bytes
+
+    _, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=4))
+    shard = tmp_path / "pack" / "shard-00000.pack"
+    assert read_bytes(str(shard), 0, 99)  # checked and read once: this process knows the shard
+    data = shard.read_bytes()
+    for label, replaced in (("same size", data[::-1]), ("truncated", data[:len(data) // 2])):
+        shard.write_bytes(replaced)
+        with pytest.raises(DataError, match=rf"{shard}: the pack shard changed after it was written"):
+            read_bytes(str(shard), 0, 99)
+        shard.write_bytes(data)
