@@ -29,7 +29,7 @@ import json
 import os
 import re
 import tarfile
-from typing import Callable, Dict, Iterator, List, NamedTuple, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from pathlib import Path
 
@@ -255,11 +255,13 @@ class Keys:
         self.seen[uid] = where
 
 
-def write_index(out_dir, utts: List[Utterance], shards: List[TarShard], absolute: bool = False) -> Dict[str, int]:
+def write_index(out_dir, utts: List[Utterance], shards: List[TarShard], absolute: bool = False,
+                extra: Optional[Dict[str, str]] = None, sample_rate: Optional[int] = None) -> Dict[str, int]:
     """idx2 files and ``shards.json`` into ``out_dir`` through the importers'
     writer (NOTE [ Whole imports ] in speechiter/importers/writer.py); a
     shard's key in shards.json has the form of its idx2wav values (a path
-    relative to ``out_dir``, or absolute, or a URL)."""
+    relative to ``out_dir``, or absolute, or a URL). ``extra`` and
+    ``sample_rate`` as for :func:`speechiter.importers.writer.write_corpus`."""
     table = {}
     for shard in shards:
         key = shard.location
@@ -267,7 +269,8 @@ def write_index(out_dir, utts: List[Utterance], shards: List[TarShard], absolute
             key = os.path.relpath(key, os.path.abspath(out_dir))
         table[key] = shard.record
     text = json.dumps({"format": "speechiter-shard-index", "version": 1, "shards": table}, indent=1) + "\n"
-    written = write_corpus(out_dir, utts, absolute, extra={SHARDS_FILE: text})
+    written = write_corpus(out_dir, utts, absolute, extra={**(extra or {}), SHARDS_FILE: text},
+                           sample_rate=sample_rate)
     written[SHARDS_FILE] = len(table)
     return written
 
