@@ -40,7 +40,7 @@ import json
 import os
 import re
 import sys
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from speechiter.errors import DataError
 from speechiter.importers.parquet_pages import plain_value_ranges

@@ -24,7 +24,6 @@ beside the idx2 files: a shard changed afterwards is an error naming it (NOTE [ 
 from __future__ import annotations
 
 import glob
-import io
 import json
 import os
 import re
@@ -38,6 +37,7 @@ from speechiter.importers.command import Parser, run_main
 from speechiter.importers.utterance import InputError, Utterance, seconds_text
 from speechiter.importers.writer import write_corpus
 from speechiter.io.embedded import read_embedded
+from speechiter.io.pread_file import PreadFile
 from speechiter.io.shards import SHARDS_FILE
 from speechiter.io.source import ByteRange, Source
 from speechiter.io.storage import call, filesystem, is_url, read_range, redact
@@ -64,44 +64,19 @@ class Member(NamedTuple):
         return self.first + self.size - 1
 
 
-class TarShard(io.RawIOBase):
+class TarShard(PreadFile):
     """A tar shard (path or URL) as a seekable file read in windows, and its members.
 
     ``record``: its size and mtime_ns (local) or ETag (a store), as shards.json keeps them."""
 
     def __init__(self, name: str, base: str = "."):
-        super().__init__()
-        self.location, self.relative = shard_location(name, base)
-        self.where = redact(self.location)
-        self.record = _record(self.location, self.where)
-        self.size = self.record["size"]
-        self._pos, self._start, self._buffer = 0, 0, b""
+        location, relative = shard_location(name, base)
+        where = redact(location)
+        record = _record(location, where)
+        super().__init__(record["size"])
+        self.location, self.relative, self.where, self.record = location, relative, where, record
+        self._start, self._buffer = 0, b""
         self.reads = 0  # requests made (ranged GETs at a URL)
-
-    # -- the file object tarfile reads
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def tell(self):
-        return self._pos
-
-    def seek(self, pos, whence=io.SEEK_SET):
-        self._pos = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence] + pos
-        return self._pos
-
-    def read(self, n=-1):
-        n = self.size - self._pos if n is None or n < 0 else n
-        data = self.pread(self._pos, n)
-        self._pos += len(data)
-        return data
-
-    def readinto(self, buffer):
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
 
     def pread(self, pos: int, n: int) -> bytes:
         """Up to ``n`` bytes from ``pos`` (fewer at the end), from the window when it holds them."""

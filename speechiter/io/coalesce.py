@@ -22,9 +22,9 @@ past the object's end) is read on its own, which raises the error naming it.
 A pack in plan order makes a block batch one contiguous range: one request.
 
 A cell of a Parquet file (``t.parquet:audio#row=7``) joins the batch's reads
-with the column chunk that holds it; the first cell of a chunk decodes it for
-the others (:attr:`BatchReads.decoded`; NOTE [ Parquet cells ] in
-speechiter/io/parquet.py).
+with the column chunk that holds it, unless the process keeps that chunk
+decoded; the first cell of a chunk decodes it for the others
+(:attr:`BatchReads.decoded`; NOTE [ Parquet cells ] in speechiter/io/parquet.py).
 """
 from __future__ import annotations
 
@@ -121,8 +121,9 @@ def start_batch_reads(values: Iterable[str], submit: Callable[..., Future]) -> O
             continue
         try:
             source = parse_source(value)
-            if source.row is not None:
-                ranges.append(chunk_range(value))
+            chunk = chunk_range(value) if source.row is not None else None
+            if chunk is not None:
+                ranges.append(chunk)
         except Exception:  # noqa: BLE001 - raised again, in order, when the value is read
             continue
         if source.byte_range is not None:

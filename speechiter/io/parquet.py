@@ -29,6 +29,10 @@ ETag in ``shards.json``, so a file changed after import is an error naming it.
 A row group holds many rows (100 in files that ``datasets`` 2.x wrote), and a
 length-sorted batch takes rows from many row groups, so a batch reads about
 one chunk per utterance: a read amplification of up to the rows per group.
+So each process also keeps the row groups it decoded, the most recently used
+up to ``SPEECHITER_PARQUET_CACHE_MB`` (256; 0: none), for later batches; a
+chunk kept there is not read again. A corpus that fits is read once per
+process; a larger one is read about (corpus / cache) times per epoch.
 Files whose audio column is stored uncompressed and PLAIN (``datasets`` 3 and
 later write media columns so) need no cells: the importer names each row's
 bytes as a byte range (NOTE [ Parquet audio as byte ranges ] in
@@ -37,7 +41,7 @@ speechiter/importers/parquet_pages.py), read as exactly as a pack's.
 from __future__ import annotations
 
 import bisect
-import io
+import collections
 import os
 import threading
 from typing import Dict, List, NamedTuple, Optional, Tuple
@@ -46,6 +50,7 @@ from speechiter.batch_context import current_batch
 from speechiter.errors import DataError
 from speechiter.io.decode import Select
 from speechiter.io.embedded import bytes_info, decode_embedded
+from speechiter.io.pread_file import PreadFile
 from speechiter.io.shards import read_bytes, shard_record
 from speechiter.io.source import ROW_MARK, Source, parse_source
 from speechiter.io.storage import call, filesystem, is_url, redact
@@ -56,7 +61,18 @@ __all__ = ["INSTALL_HINT", "import_pyarrow", "is_parquet_file", "file_metadata",
 INSTALL_HINT = "pip install 'speechiter[parquet]'"
 _TAIL = 64 << 10  # bytes of a file's end read for its footer: the metadata of most files
 _metas: Dict[str, "_Meta"] = {}
+_groups: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()  # decoded row groups, LRU
+_kept = [0]  # bytes in _groups
 _lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _lock
+    _lock = threading.Lock()  # a read in another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class _Meta(NamedTuple):
@@ -83,6 +99,8 @@ def clear_metadata() -> None:
     """Forget the footers read (tests that change a file)."""
     with _lock:
         _metas.clear()
+        _groups.clear()
+        _kept[0] = 0
 
 
 def _size(file: str) -> int:
@@ -158,47 +176,58 @@ def _cell(source: Source):
     return meta, group, leaf, source.row - meta.row_starts[group], first, first + chunk.total_compressed_size - 1
 
 
-def chunk_range(value: str) -> Tuple[str, int, int]:
-    """``(file, first, last)``: the column chunk a cell value lies in, for the batch's coalesced reads."""
+def chunk_range(value: str) -> Optional[Tuple[str, int, int]]:
+    """``(file, first, last)``: the column chunk a cell value lies in, for the batch's coalesced reads;
+    None when this process keeps it decoded."""
     source = parse_source(value)
-    _, _, _, _, first, last = _cell(source)
-    return source.file, first, last
+    _, group, leaf, _, first, last = _cell(source)
+    return None if (source.file, leaf, group) in _groups else (source.file, first, last)
 
 
-class _ChunkFile(io.RawIOBase):
+def _cache_limit() -> int:
+    raw = os.environ.get("SPEECHITER_PARQUET_CACHE_MB", "256")
+    try:
+        megabytes = float(raw)
+        if not 0 <= megabytes < float("inf"):
+            raise ValueError
+    except ValueError:
+        raise DataError(f"SPEECHITER_PARQUET_CACHE_MB should be a number of megabytes (0: keep no row group), "
+                        f"but got {raw!r}") from None
+    return int(megabytes * (1 << 20))
+
+
+def _keep(key: tuple, column) -> None:
+    """Keep a decoded row group for later batches, the least recently used going first."""
+    limit, size = _cache_limit(), column.nbytes
+    with _lock:
+        if size > limit or key in _groups:
+            return
+        _groups[key] = column
+        _kept[0] += size
+        while _kept[0] > limit:
+            _kept[0] -= _groups.popitem(last=False)[1].nbytes
+
+
+def _kept_column(key: tuple):
+    with _lock:
+        column = _groups.get(key)
+        if column is not None:
+            _groups.move_to_end(key)
+        return column
+
+
+class _ChunkFile(PreadFile):
     """The file as pyarrow reads it: the chunk's bytes from memory, anything else read (checked)."""
 
     def __init__(self, file: str, size: int, first: int, data: bytes):
-        super().__init__()
-        self.file, self.size, self.first, self.data, self.pos = file, size, first, data, 0
+        super().__init__(size)
+        self.file, self.first, self.data = file, first, data
 
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def tell(self):
-        return self.pos
-
-    def seek(self, pos, whence=io.SEEK_SET):
-        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + pos
-        return self.pos
-
-    def read(self, n=-1):
-        n = self.size - self.pos if n is None or n < 0 else min(n, self.size - self.pos)
-        start = self.pos - self.first
+    def pread(self, pos: int, n: int) -> bytes:
+        start = pos - self.first
         if 0 <= start and start + n <= len(self.data):
-            out = self.data[start:start + n]
-        else:
-            out = read_bytes(self.file, self.pos, self.pos + n - 1) if n > 0 else b""
-        self.pos += len(out)
-        return out
-
-    def readinto(self, buffer):
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
+            return self.data[start:start + n]
+        return read_bytes(self.file, pos, pos + n - 1)
 
 
 def _decode_chunk(source: Source, meta: _Meta, group: int, leaf: int, first: int, data: bytes):
@@ -219,17 +248,20 @@ def _decode_chunk(source: Source, meta: _Meta, group: int, leaf: int, first: int
 
 
 def cell_bytes(source: Source) -> bytes:
-    """The bytes in a cell: its row group's chunk read and decoded once per batch (See NOTE [ Parquet cells ])."""
+    """The bytes in a cell: its row group's chunk read and decoded once per batch, or kept from an earlier one
+    (See NOTE [ Parquet cells ])."""
     meta, group, leaf, index, first, last = _cell(source)
     reads = current_batch().byte_reads
     key = (source.file, leaf, group)
     column = None if reads is None else reads.decoded.get(key)
+    column = _kept_column(key) if column is None else column
     if column is None:
         data = None if reads is None else reads.get(source.file, first, last)
         column = _decode_chunk(source, meta, group, leaf, first,
                                read_bytes(source.file, first, last) if data is None else data)
-        if reads is not None:
-            reads.decoded[key] = column
+        _keep(key, column)
+    if reads is not None:
+        reads.decoded[key] = column
     value = column[index].as_py()
     if not value:
         raise DataError(f"{redact(source.entry)}: the cell holds no audio bytes "

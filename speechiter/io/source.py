@@ -149,7 +149,8 @@ def split_byte_range(value: str) -> Tuple[str, Optional[ByteRange]]:
 
 
 def split_row(value: str) -> Tuple[str, Optional[int]]:
-    """``"t.parquet:audio#row=7"`` -> ``("t.parquet:audio", 7)``; a value with no ``#row=`` suffix -> ``(value, None)``."""
+    """``"t.parquet:audio#row=7"`` -> ``("t.parquet:audio", 7)``; a value with no
+    ``#row=`` suffix -> ``(value, None)``."""
     match = _ROW_RE.search(value)
     if match is None:
         return value, None

@@ -12,7 +12,7 @@ from speechiter.errors import DataError
 from speechiter.io import parquet as parquet_io, shards
 from speechiter.run import main as run_main
 from tests.io.test_pack import batches, write_recipe
-from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_proxy, s3_server  # noqa: F401
+from tests.storage.conftest import localhost_only, s3_client, s3_server  # noqa: F401
 
 pa = pytest.importorskip("pyarrow", reason="Parquet needs pyarrow: pip install 'speechiter[parquet]'")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -95,6 +95,7 @@ def test_parquet_rows_give_the_batches_of_the_corpus_as_files(tmp_path, make_cor
 def test_a_batch_decodes_each_row_group_once_and_reads_it_with_its_neighbours(tmp_path, make_corpus, monkeypatch):
     corpus = make_corpus(tmp_path / "c", num=12)
     import_files(write_parquet(corpus, tmp_path / "pq", "snappy", num_files=1), tmp_path / "index")
+    monkeypatch.setenv("SPEECHITER_PARQUET_CACHE_MB", "0")  # no row group kept from batch to batch
     decoded, reads = [], []
     real_decode, real_read = parquet_io._decode_chunk, parquet_io.read_bytes
     monkeypatch.setattr(parquet_io, "_decode_chunk", lambda s, m, g, *a: decoded.append(g) or real_decode(s, m, g, *a))
@@ -105,6 +106,25 @@ def test_a_batch_decodes_each_row_group_once_and_reads_it_with_its_neighbours(tm
     assert sorted(decoded) == sorted(g for batch in groups for g in batch) and len(got) > 1
     assert len(reads) == 1  # the footer: each batch's chunks come from its merged reads, none alone
     assert got == batches(write_recipe(tmp_path / "a.yaml", corpus), num_workers=0)
+
+
+def test_a_process_keeps_decoded_row_groups_for_later_batches(tmp_path, make_corpus, monkeypatch):
+    corpus = make_corpus(tmp_path / "c", num=12)
+    import_files(write_parquet(corpus, tmp_path / "pq", "snappy", num_files=1), tmp_path / "index")
+    decoded, real_decode = [], parquet_io._decode_chunk
+    monkeypatch.setattr(parquet_io, "_decode_chunk", lambda s, m, g, *a: decoded.append(g) or real_decode(s, m, g, *a))
+    recipe = write_recipe(tmp_path / "b.yaml", tmp_path / "index")
+    want = batches(recipe, num_workers=0)
+    assert sorted(decoded) == [0, 1, 2, 3]  # each once: later batches take them from the process's cache
+    assert batches(recipe, num_workers=0) == want and len(decoded) == 4
+    monkeypatch.setenv("SPEECHITER_PARQUET_CACHE_MB", "0.0001")  # smaller than a row group: none kept
+    parquet_io.clear_metadata()
+    assert batches(recipe, num_workers=0) == want and len(decoded) > 8
+    monkeypatch.setenv("SPEECHITER_PARQUET_CACHE_MB", "lots")
+    parquet_io.clear_metadata()
+    with pytest.raises(DataError, match=r"SPEECHITER_PARQUET_CACHE_MB should be a number of megabytes \(0: keep no "
+                                        r"row group\), but got 'lots'"):
+        batches(recipe, num_workers=0)
 
 
 def test_the_command_line_and_dump_batches(tmp_path, make_corpus, capsys):
