@@ -104,6 +104,7 @@ def test_tars_that_cannot_be_read_in_place_are_refused(tmp_path, wds, capsys):
         assert code == 2 and err.startswith(f"{WDS} {bad}: {message}"), (label, err)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tar") is None, reason="GNU tar writes the sparse members")
 @pytest.mark.parametrize("fmt", ["gnu", "pax"])
 def test_a_sparse_member_is_refused(tmp_path, wds, capsys, fmt):

@@ -45,6 +45,8 @@ def kaldi_on_path(tmp_path, monkeypatch):
     return data
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
 def test_a_piped_value_behind_segments_runs_its_command_from_path(tmp_path, kaldi_on_path, capsys):
     out = tmp_path / "out"
     assert kaldi.main([str(kaldi_on_path), str(out), "--allow_commands"]) == 0
@@ -55,10 +57,18 @@ def test_a_piped_value_behind_segments_runs_its_command_from_path(tmp_path, kald
     np.testing.assert_array_equal(got["u2"][:, 0], x[8000:14400])
 
 
-def test_unknown_commands_of_an_imported_idx2wav_are_refused_at_build(tmp_path, kaldi_on_path, monkeypatch):
+def imported(tmp_path):
+    """The idx2wav the Kaldi importer writes for kaldi_on_path's directory with --allow_commands (written
+    here, without running the command for its lengths)."""
     out = tmp_path / "out"
-    assert kaldi.main([str(kaldi_on_path), str(out), "--allow_commands"]) == 0
-    idx2wav = out / "idx2wav"
+    out.mkdir()
+    wav = tmp_path / "r.wav"
+    (out / "idx2wav").write_text(f"u1 mywav {wav} |#t=0.1,0.5\nu2 mywav {wav} |#t=0.5,0.9\n")
+    return out / "idx2wav"
+
+
+def test_unknown_commands_of_an_imported_idx2wav_are_refused_at_build(tmp_path):
+    idx2wav = imported(tmp_path)
     with idx2wav.open("a") as f:
         f.write(f"v1 sox {tmp_path / 'r.wav'} -t wav -r 8000 - |#t=0,0.5\n")  # native: not refused
         f.write("".join(f"w{i} touch {tmp_path / 'ran'} |#t=0,1\n" for i in range(3)))
@@ -72,15 +82,14 @@ def test_unknown_commands_of_an_imported_idx2wav_are_refused_at_build(tmp_path, 
     _loader(tmp_path, idx2wav, name="s.yaml", data_selection=["group", "yes", str(tmp_path / "sel")]).close()
 
 
-def test_unknown_commands_are_found_in_a_mapped_idx2wav(tmp_path, kaldi_on_path, monkeypatch):
+def test_unknown_commands_are_found_in_a_mapped_idx2wav(tmp_path, monkeypatch):
     monkeypatch.setenv("SPEECHITER_INDEX_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SPEECHITER_INDEX_MIN_ROWS", "0")
-    out = tmp_path / "out"
-    assert kaldi.main([str(kaldi_on_path), str(out), "--allow_commands"]) == 0
-    os.utime(out / "idx2wav", ns=(0, 0))  # settled: the cache maps it
+    idx2wav = imported(tmp_path)
+    os.utime(idx2wav, ns=(0, 0))  # settled: the cache maps it
     for name in ("a.yaml", "b.yaml"):  # the first run writes the entry, the second maps it
         with pytest.raises(DataError, match=r"^2 piped commands .*idx2wav:1 \(program 'mywav'\)"):
-            _loader(tmp_path, out / "idx2wav", name=name)
+            _loader(tmp_path, idx2wav, name=name)
     assert any(p.suffix == ".idx2" for p in (tmp_path / "cache").iterdir())
 
 

@@ -30,8 +30,8 @@ from speechiter.dataset.augment.cache import ArrayCache
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2
 from speechiter.idx2_lines import numbered_entries
-from speechiter.io.source import parse_source
 from speechiter.io.read import read_feat
+from speechiter.io.source import parse_source
 from speechiter.io.storage import redact
 from speechiter.paths import resolve_data_path
 
