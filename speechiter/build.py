@@ -8,6 +8,7 @@ hooks (with a did-you-mean), checks that the declared files exist, and reports
 every error with its YAML path.
 """
 import contextlib
+import dataclasses
 import inspect
 import os
 import sys
@@ -49,7 +50,8 @@ def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[
     if unknown:
         raise TypeError(f"build_iterators() got unexpected settings {', '.join(unknown)}; "
                         f"accepted: {', '.join(RUN_SETTINGS)}")
-    paths = recipe_paths(data_cfg) if root is None else PathPolicy.from_environment(root)
+    paths = recipe_paths(data_cfg) if root is None else \
+        dataclasses.replace(PathPolicy.from_environment(root), folder_name="the root folder")
     exp = getattr(data_cfg, "settings", {})
     seed = exp.get("seed", 0) if seed is None else seed
     if "ngpu" in exp:
