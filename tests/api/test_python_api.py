@@ -2,6 +2,8 @@
 against a root), and iterators, groups and mixes built as objects, give the recipes' batches
 (handbook.md, "Building in Python")."""
 import itertools
+import re
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +132,21 @@ def test_a_missing_file_under_a_root_names_where_it_was_looked_for(tmp_path):
         built({"train": corpus("train")}, root=tmp_path)
     assert str(error.value).startswith("data_cfg.train.conf.dataset_conf.main_data.feat: file not found: "
                                        f"train/idx2wav (looked in the root folder {tmp_path} and the current folder")
+
+
+def test_the_handbooks_examples_run_as_written(demo_root, monkeypatch, capsys):
+    """handbook.md, "Building in Python": both blocks, from the repository's root (in process, no workers)."""
+    repo = Path(speechiter.build.__file__).resolve().parents[1]
+    section = (repo / "handbook.md").read_text().split("## Building in Python", 1)[1].split("\n## ", 1)[0]
+    dicts, objects = re.findall(r"```python\n(.*?)```", section, re.S)
+    monkeypatch.chdir(repo)
+    names = {}
+    exec(dicts.replace("num_workers=2", "num_workers=0"), names)
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 20 and {line.split()[0] for line in printed} == {"main", "extra"}
+    exec(objects.replace("num_workers=2", "num_workers=0").replace("    ...", "    steps = step"), names)
+    try:
+        assert set(names["steps"]) == {"sup", "unsup"}
+    finally:
+        for iterator in (names["main"], names["extra"], names["mix"], *names["group"].values()):
+            iterator.close()
