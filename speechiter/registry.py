@@ -143,7 +143,9 @@ def resolve_class(kind: str, name: str, path: str, base: type, extra_dirs: Itera
     if kind not in types:
         raise ValueError(f"kind should be one of {sorted(types)}, got {kind!r}")
     if inspect.isclass(name):
-        return _checked(name, _qualified(name), path, base)
+        if not issubclass(name, base):
+            raise ConfigError(path, f"{_qualified(name)} is not a subclass of {_qualified(base)}")
+        return name
     if not isinstance(name, str) or "." not in name.strip(".") or any(not p for p in name.split(".")):
         raise ConfigError(path, f"expected file.Class (e.g. {_EXAMPLES.get(kind, 'file.Class')}), got {name!r}")
     builtin = types[kind].get(aliases.get(kind, {}).get(name, name))
