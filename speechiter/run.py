@@ -22,6 +22,7 @@ from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, group_steps
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
+from speechiter.skips import one_line_warnings
 from speechiter.state import GroupState
 from speechiter.state_files import StateFiles
 from speechiter.user_files import check_output
@@ -134,6 +135,7 @@ class CommandLineRun:
         for name, (batches, utterances) in loader.skipped().items():
             self.report.add_skipped(iterator_label(group, set_name, name), batches, utterances)
         progress = _progress(len(loader), f"{label} epoch {epoch}", self.args.quiet)
+        loader.keep_empty = True  # a step that lost every row is dumped and counted (NOTE [ Empty steps ])
         started = time.perf_counter()
         try:
             for step_batches in loader:
@@ -244,7 +246,7 @@ def _init_distributed(args):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    with interrupts.installed():  # See NOTE [ Swallowed Ctrl-C ] in speechiter/interrupts.py
+    with interrupts.installed(), one_line_warnings():  # See NOTE [ Swallowed Ctrl-C ] in speechiter/interrupts.py
         return _main(args)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from speechiter.checks import check_bool, check_int
 from speechiter.dataset.abs import Dataset
+from speechiter.dataset.bad_audio import plan_conf  # NOTE [ Skipped utterances ]: not part of the plan
 from speechiter.dataset.reader import DatasetReader
 from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import DataError
@@ -91,7 +92,7 @@ class Iterator(EpochPlans):
         self.pin_memory = check_bool(pin_memory, "pin_memory")  # SpeeChain's option; out_type decides
         rank, world_size = resolve_rank(check_bool(distributed, "distributed"), rank, world_size)
         # the options are checked before the dataset loads; the plan names the dataset's class once it is built
-        plan = BatchPlan(type=qualified_name(type(self)), dataset="", dataset_conf=dataset_conf,
+        plan = BatchPlan(type=qualified_name(type(self)), dataset="", dataset_conf=plan_conf(dataset_conf),
                          batches_per_epoch=batches_per_epoch, data_len=data_len, group_info=group_info,
                          is_descending=is_descending, shuffle=shuffle, ngpu=ngpu, rank=rank, world_size=world_size,
                          iter_conf=iter_conf, evaluation=evaluation, seed=seed, name=name or type(self).__name__)
