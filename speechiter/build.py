@@ -24,7 +24,7 @@ from speechiter.registry import check_keywords, resolve_class
 
 # Iterator parameters the run supplies; a data_cfg conf may still set them.
 RUN_SETTINGS = ("seed", "ngpu", "num_workers", "pin_memory", "distributed", "rank", "world_size", "engine",
-                "thread_type", "out_type", "buffer", "start_method")
+                "thread_type", "out_type", "buffer", "start_method", "hedge")
 
 
 def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[int] = None, groups=None,
@@ -36,7 +36,7 @@ def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[
     :class:`speechiter.group.IteratorGroup` (a dict with the group's ``steps`` policy). valid and test
     iterators are built with ``evaluation=True`` (see Iterator). ``settings`` are
     further Iterator arguments for every iterator: ngpu, engine, thread_type, start_method,
-    out_type, buffer, distributed, rank, world_size, pin_memory.
+    out_type, buffer, hedge, distributed, rank, world_size, pin_memory.
 
     ``seed``, ``num_workers`` and ``ngpu`` left out come from the exp_cfg's top level
     (``DataConfig.settings``: seed, ngpu, ``<group>_num_workers`` or num_workers), else 0, 1 and 1.

@@ -44,6 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--start_method", choices=("fork", "spawn", "forkserver"),
                         help="how process workers start (default: forkserver, where the OS has it)")
     parser.add_argument("--out_type", default="cpu", help="cpu, cuda, cuda:N or null")
+    parser.add_argument("--no_hedge", action="store_true", help="never build a late batch again on an idle worker")
     parser.add_argument("--ngpu", type=int, help="make every batch divisible by ngpu (default: the exp_cfg's, else 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value (dotted key, YAML value); repeatable")
@@ -74,7 +75,7 @@ class CommandLineRun:
         self.args = args
         self.iterators = iterators
         self.rank, self.world_size = rank, world_size
-        self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers,
+        self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers, "hedge": not args.no_hedge,
                                  "thread_type": args.thread_type, "out_type": args.out_type, "seed": args.seed,
                                  "ngpu": args.ngpu, "distributed": args.distributed})
         self.report.rank, self.report.world_size = rank, world_size
@@ -191,8 +192,8 @@ def run(args) -> int:
     _apply_exp_settings(args, data_cfg.settings, mode)
     iterators = build_iterators(data_cfg, seed=args.seed, num_workers=explicit_workers, groups=groups,
                                 engine=args.engine, thread_type=args.thread_type, out_type=args.out_type,
-                                start_method=args.start_method,
-                                ngpu=args.ngpu, rank=rank, world_size=world_size)
+                                start_method=args.start_method, ngpu=args.ngpu, rank=rank, world_size=world_size,
+                                **({"hedge": False} if args.no_hedge else {}))
     run_ = CommandLineRun(args, iterators, rank, world_size)
     try:
         if args.plot and rank == 0:
