@@ -163,7 +163,7 @@ class GroupLoader:
             loader = iterator.build_loader(segment.epoch, segment.start, prefetch_next=prefetch,
                                            stop_step=segment.stop)
             self.loaders[name].append(loader)
-            yield from loader.steps()  # empty steps too, to stay in step (NOTE [ Empty steps ] in skips.py)
+            yield from loader.all_steps()  # empty steps too, to stay in step (NOTE [ Empty steps ] in skips.py)
 
     def __iter__(self) -> PyIterator[Dict[Any, Any]]:
         streams = {name: self._stream(name) for name in self.iterators}

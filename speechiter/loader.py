@@ -115,11 +115,15 @@ class Loader:
         return attach(batch, ids, group_info, padding)
 
     def __iter__(self):
-        for batch in self.steps():
-            if self.keep_empty or not is_empty(batch):
-                yield batch
+        steps = self.all_steps()
+        try:
+            for batch in steps:
+                if self.keep_empty or not is_empty(batch):
+                    yield batch
+        finally:
+            steps.close()  # leaving early ends the engine's run at once (NOTE [ Shutdown order ])
 
-    def steps(self):
+    def all_steps(self):
         """Every step's batch, an empty one included (NOTE [ Empty steps ] in speechiter/skips.py)."""
         engine = self.iterator.engine()
         lookahead = self._following_tasks(self.iterator.engine_settings.lookahead) if self.prefetch_next else ()

@@ -13,7 +13,9 @@ iterator out of its ``{name: batch}``, and is not yielded when every iterator's
 batch is empty. With ``keep_empty`` (the command line sets it) the loader and
 the group yield it as it is, a :class:`speechiter.batch.Batch` with no keys, no
 ids and the skipped ones in ``batch.skipped``, so that ``--dump_batches`` and
-``--report`` record the step.
+``--report`` record the step; a training loop under torchrun needs it too (each
+rank loads its own share, and a rank that yielded one step fewer would leave
+the others' collective calls waiting).
 
 # NOTE [ Too many skipped ]
 ``max_bad_fraction`` bounds the utterances an epoch may skip: more than that

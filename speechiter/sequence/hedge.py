@@ -9,9 +9,8 @@ build time of the last ``WINDOW`` batches, and at least ``HEDGE_FLOOR_S``
 (and only once ``MIN_SAMPLES`` batches were built: the first ones start
 workers and connections). Each task queued on a late worker, the one it builds
 first and then those behind it, is sent once more, as a copy, to a worker with
-nothing to do, while fewer than ``MAX_DUPLICATES`` duplicate attempts (copies,
-and the attempts they beat) are in flight; new tasks go to other workers than
-a late one.
+nothing to do, while fewer than ``MAX_DUPLICATES`` copies are in flight; new
+tasks go to other workers than one whose task was copied, until it answers.
 
 A build time is measured in the main process, with no clock in the worker: a
 worker builds its tasks in the order they were sent (NOTE [ Queued tasks ] in
@@ -25,8 +24,9 @@ after the task's own result, or after the task was discarded, is dropped the
 same way. A copy that fails is dropped: the task's own attempt decides, as
 without hedging. Whichever wins, the batch is the same (its randomness comes
 only from ``Task.seed``, see fetch.py), so hedging changes when a batch comes,
-never what it is. Each copy holds one more slot while in flight (the slot
-table grows by at most ``MAX_DUPLICATES``).
+never what it is. Each copy holds one more slot while it is in flight, and
+an attempt it beat holds its slot until it arrives (a stalled worker holds at
+most the tasks it was sent before it was found late, as without hedging).
 
 The scheduler runs in the consumer's thread: it looks for late workers each
 time a batch is taken, and while it waits for one it polls no longer than
@@ -44,12 +44,12 @@ from speechiter.sequence.pending import Pending
 #: a worker is late when its task has run longer than this many times the median build time ...
 HEDGE_FACTOR = 3.0
 #: ... and longer than this
-HEDGE_FLOOR_S = 0.05
+HEDGE_FLOOR_S = 0.25
 #: build times the median is taken over (the latest ones)
 WINDOW = 64
 #: batches built before anything is hedged
 MIN_SAMPLES = 8
-#: copies and the attempts they beat, in flight at once
+#: copies in flight at once
 MAX_DUPLICATES = 2
 
 
@@ -100,24 +100,30 @@ class Hedger:
         return [wid for wid, started in enumerate(self._started) if started is not None and started < deadline]
 
     def weighted(self, load: Sequence[int]) -> Sequence[int]:
-        """``load`` with late workers made the busiest, so that new tasks go elsewhere."""
-        late = self.late()
-        if not late:
+        """``load`` with the workers a task was copied away from made the busiest, so that new tasks go
+        elsewhere until they answer."""
+        if not self.extra:
             return load
+        hedged = {q.wid if q.original is None else q.original.wid for q in self.extra.values()
+                  if q.original is None or q.original.result is None}  # beaten, or copied and still building
         heavy = max(load) + 1
-        return [count + heavy if wid in late else count for wid, count in enumerate(load)]
+        return [count + heavy if wid in hedged else count for wid, count in enumerate(load)]
+
+    def in_flight(self) -> int:
+        """Copies sent and not answered (the attempts they beat are not duplicates: they were sent anyway)."""
+        return sum(q.original is not None for q in self.extra.values())
 
     def hedge(self, pending: Dict[int, Pending], load: List[int], attempt: Callable[[Task, int], Pending]) -> None:
         """Send a copy of each task queued on a late worker to an idle worker (``attempt(task, wid)`` sends
-        one), first needed first, while fewer than MAX_DUPLICATES duplicates are in flight."""
-        if len(self.extra) >= MAX_DUPLICATES or 0 not in load:
+        one), first needed first, while fewer than MAX_DUPLICATES copies are in flight."""
+        if 0 not in load or self.in_flight() >= MAX_DUPLICATES:
             return
         for seq in sorted(seq for wid in self.late() for seq in self._queued[wid]):
             p = pending.get(seq)
             if p is None or p.result is not None or p.discard or p.copy is not None:
                 continue  # received, discarded, copied already, or itself a copy or a beaten attempt
             wid = next((wid for wid, count in enumerate(load) if count == 0), None)
-            if wid is None or len(self.extra) >= MAX_DUPLICATES:
+            if wid is None or self.in_flight() >= MAX_DUPLICATES:
                 return
             p.copy = attempt(p.task, wid)
             p.copy.original = p
@@ -142,7 +148,7 @@ class Hedger:
     def wait_s(self, load: Sequence[int]) -> float:
         """How long the consumer may wait for results before a task could become late (inf: no such task)."""
         limit = self.limit()
-        if limit is None or len(self.extra) >= MAX_DUPLICATES or 0 not in load:
+        if limit is None or 0 not in load or self.in_flight() >= MAX_DUPLICATES:
             return float("inf")
         now = time.monotonic()
         due = [started + limit - now for started in self._started if started is not None and started + limit > now]

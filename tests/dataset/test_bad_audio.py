@@ -132,8 +132,8 @@ def test_a_flood_is_an_error_naming_the_count_and_the_first_ids(bad_corpus):
     root, broken = bad_corpus
     with iterator(root, {"on_bad_audio": "skip", "max_bad_fraction": 0.1}, shuffle=False) as it:
         with pytest.raises(DataError, match=r"epoch 1: 3 utterances could not be read, more than max_bad_fraction "
-                                            r"0.1 of the epoch's 12 allows \(2\); first: utterance .*\.wav: truncated WAV: .*\. "
-                                            r"Fix or remove them"):
+                                            r"0.1 of the epoch's 12 allows \(2\); first: utterance .*\.wav: "
+                                            r"truncated WAV: .*\. Fix or remove them"):
             records(it)
     with iterator(root, {"on_bad_audio": "skip", "max_bad_fraction": 5 / 12}, shuffle=False) as it:
         with pytest.warns(SkippedAudioWarning):
@@ -161,8 +161,8 @@ def test_command_line_dump_report_and_one_warning_line_per_epoch(bad_corpus, tmp
         return recipes.write_recipe(tmp_path / name, root, train=train, valid=valid)
 
     dump, report = tmp_path / "dump.jsonl", tmp_path / "report.json"
-    assert main(["--data_cfg", str(recipe("skip.yaml", **SKIP)), "--epochs", "2", "--num_workers", "0", "--out_type", "null", "--quiet",
-                 "--dump_batches", str(dump), "--report", str(report)]) == 0
+    assert main(["--data_cfg", str(recipe("skip.yaml", **SKIP)), "--epochs", "2", "--num_workers", "0", "--quiet",
+                 "--out_type", "null", "--dump_batches", str(dump), "--report", str(report)]) == 0
     err = capsys.readouterr().err
     warning_lines = [line for line in err.splitlines() if "warning" in line]
     assert len(warning_lines) == 2 and all(line.startswith(f"speechiter: warning: train epoch {e}: skipped 5 ")
