@@ -28,6 +28,10 @@ never what it is. Each copy holds one more slot while it is in flight, and
 an attempt it beat holds its slot until it arrives (a stalled worker holds at
 most the tasks it was sent before it was found late, as without hedging).
 
+A stalled worker stays busy until its read returns: with two workers, a
+second stall while the first lasts leaves no idle worker to copy to, and that
+batch waits as it would have.
+
 The scheduler runs in the consumer's thread: it looks for late workers each
 time a batch is taken, and while it waits for one it polls no longer than
 until a task could become late. The inline engine (one thread) and the torch

@@ -40,7 +40,7 @@ messages and are raised, as WorkerError, when the consumer reaches that batch.
 """
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from speechiter import interrupts
 from speechiter.errors import ResourceError, WorkerError
