@@ -13,9 +13,10 @@ from speechiter.sequence.scheduler import InlineScheduler, Scheduler
 
 
 def start_scheduler(factory, *, num_workers: int, thread_type: str, start_method: Optional[str], out_type: str,
-                    buffer: int, num_converters: int, timeout: float, worker_threads: int = 1,
+                    buffer: int, num_converters: int, timeout: float, hedge: bool = True, worker_threads: int = 1,
                     pins: Optional[shm.HostPins] = None) -> Scheduler:
-    """A started scheduler: inline for ``num_workers=0``, else a pool of ``thread_type`` workers.
+    """A started scheduler: inline for ``num_workers=0``, else a pool of ``thread_type`` workers that hedges
+    late batches unless ``hedge`` is False (NOTE [ Hedging ] in hedge.py).
 
     ``out_type`` must be resolved already (see convert.resolve_out_type). ``worker_threads``: each
     worker's numeric libraries' threads (NOTE [ One thread per worker ] in threads.py). ``pins``: page-locks
@@ -32,4 +33,4 @@ def start_scheduler(factory, *, num_workers: int, thread_type: str, start_method
             pins = shm.cuda_host_pins()
         slots = shm.SlotTable(prefix, buffer, tracked=True, pins=pins)  # NOTE [ Segments of a killed main process ]
         pool = ProcPool(factory, num_workers, prefix, start_method, worker_threads)
-    return PoolScheduler(pool, slots, out_type, num_converters, buffer, timeout)
+    return PoolScheduler(pool, slots, out_type, num_converters, buffer, timeout, hedge)
