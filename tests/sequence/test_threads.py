@@ -75,3 +75,13 @@ def test_worker_threads_must_be_a_positive_integer(value):
         EngineSettings(worker_threads=value)
     with pytest.raises(ValueError, match="worker_threads should be a positive integer"):
         MSequence(indexers.Echo, dset_size=4, worker_threads=value)
+
+
+def test_worker_threads_from_a_recipe_and_from_build_iterators(corpus, make_recipe):
+    import speechiter
+    data_cfg = speechiter.load_config(make_recipe(corpus, batch_len=16000, worker_threads=3))
+    assert speechiter.build_iterators(data_cfg)["train"].engine_settings.worker_threads == 3
+    valid = speechiter.build_iterators(data_cfg, worker_threads=2)["valid"]
+    assert valid.engine_settings.worker_threads == 2
+    with pytest.raises(ConfigError, match="data_cfg.train.conf.worker_threads: expected a positive integer, got 0"):
+        speechiter.build_iterators(speechiter.load_config(make_recipe(corpus, name="bad.yaml", worker_threads=0)))
