@@ -13,7 +13,6 @@ from speechiter.errors import DataError
 from speechiter.importers import nemo, shar, tar_index, webdataset
 from speechiter.io import shards
 from tests.io.test_pack import batches
-from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_proxy, s3_server  # noqa: F401
 
 
 def write_recipe(path: Path, corpus: Path) -> Path:
@@ -261,6 +260,8 @@ def upload(s3_client, bucket: str, folder: Path, prefix: str):
         s3_client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
 
 
+@pytest.mark.slow  # the S3 server
+@pytest.mark.usefixtures("localhost_only")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fmt", ["webdataset", "shar", "nemo"])
 def test_shards_on_s3_are_indexed_with_ranged_reads_and_give_the_batches(tmp_path, make_corpus, s3_client, s3_proxy,

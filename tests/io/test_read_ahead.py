@@ -7,7 +7,6 @@ from speechiter.dataset.reader import DatasetReader
 from speechiter.dump import checksum
 from speechiter.errors import DataError, WorkerError
 from speechiter.io import shards
-from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_proxy, s3_server  # noqa: F401
 
 from .test_pack import batches, pack, train_iterator
 from .test_pack_s3 import s3_pack  # noqa: F401
@@ -86,6 +85,8 @@ def ranged_gets(proxy):
     return [r for r in proxy.gets() if r[2] and "shards.json" not in r[1]]
 
 
+@pytest.mark.slow  # the S3 server
+@pytest.mark.usefixtures("localhost_only")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("settings", SETTINGS, ids=["0", "2-proc", "2-thread"])
 def test_an_s3_pack_read_ahead_gives_the_same_batches_at_one_request_per_batch(s3_pack, s3_proxy, settings,

@@ -1,0 +1,133 @@
+"""The command line in this process: ``run_cli(*argv, cwd=None, env=None, path=()) -> Result``.
+
+``speechiter.run.main(argv)``, run as ``python -m speechiter.run`` would run it, for the tests whose
+assertion is about the exit code, stdout / stderr or the files written: a fresh interpreter costs seconds
+(importing torch), a call here milliseconds. Keep a real subprocess where the process boundary is the point
+(signals, killed processes, torchrun, what outlives the process, a fresh install).
+
+- ``argv``: the arguments after ``-m speechiter.run`` (any value, str() is applied);
+- ``cwd``: the folder the run sees as current (default: the repository root); it also comes first on
+  sys.path, as ``-m`` puts it there;
+- ``env``: variables set for the call (a value of None unsets one);
+- ``path``: folders to import user modules from (what PYTHONPATH gave a subprocess).
+
+What a fresh process would show, it shows: warnings go to ``err`` under Python's default filters (each
+once per place and call), so do the "speechiter" logger's warnings (Python's last-resort handler); a
+SystemExit (argparse's errors, --help) is the exit code; an exception that escapes main() is exit 1 with
+its traceback on ``err``. What one run would leave behind for the next, it takes back: the working folder,
+the variables, sys.path (the registry appends a recipe's folder for good, NOTE [ extra_dirs and sys.path ]
+in speechiter/registry.py), the user modules it imported (another test may write another module of the same
+name), and the once-per-process notices are armed again.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import logging
+import os
+import sys
+import traceback
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+
+    # the names of subprocess.CompletedProcess, for tests written against it
+    returncode = property(lambda self: self.code)
+    stdout = property(lambda self: self.out)
+    stderr = property(lambda self: self.err)
+
+
+def _default_filters():
+    """Python's default warning filters (``python -W`` not given), for the duration of a call."""
+    warnings.resetwarnings()
+    warnings.simplefilter("default")
+    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.simplefilter("ignore", category)
+    warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+
+
+def _rearm_notices():
+    """Notices speechiter gives once per process: a fresh process would give them again."""
+    from speechiter.index import store
+    from speechiter.sequence import torch_rng
+
+    torch_rng._warned = False
+    store._warned.clear()
+
+
+def _under(file, folders) -> bool:
+    return file is not None and any(Path(file).resolve().is_relative_to(folder) for folder in folders)
+
+
+@contextlib.contextmanager
+def _environment(env):
+    saved = {key: os.environ.get(key) for key in env}
+    try:
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = str(value)
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_cli(*argv, cwd=None, env=None, path=()) -> Result:
+    """See the module docstring."""
+    from speechiter import run
+
+    cwd = Path(cwd or REPO).resolve()
+    user_dirs = [Path(p).resolve() for p in path]
+    saved_path, saved_modules, saved_cwd = list(sys.path), set(sys.modules), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    logger = logging.getLogger("speechiter")
+    _rearm_notices()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        err.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    try:
+        os.chdir(cwd)
+        sys.path[:0] = [str(cwd), *map(str, user_dirs)]
+        importlib.invalidate_caches()
+        logger.addHandler(handler)
+        with _environment(env or {}), warnings.catch_warnings(), \
+                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            _default_filters()
+            warnings.showwarning = show
+            try:
+                code = run.main([str(a) for a in argv])
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+                if not isinstance(e.code, (int, type(None))):
+                    print(e.code, file=sys.stderr)
+            except Exception:  # noqa: BLE001 - what the interpreter would do with it
+                traceback.print_exc()
+                code = 1
+    finally:
+        logger.removeHandler(handler)
+        os.chdir(saved_cwd)
+        added = [Path(p).resolve() for p in sys.path if p and p not in saved_path]
+        sys.path[:] = saved_path
+        folders = [*user_dirs, *added, *([cwd] if cwd != REPO else [])]
+        for name in set(sys.modules) - saved_modules:
+            if _under(getattr(sys.modules[name], "__file__", None), folders):
+                del sys.modules[name]
+    return Result(code, out.getvalue(), err.getvalue())
