@@ -1,6 +1,8 @@
-"""The command line in this process: ``run_cli(*argv, cwd=None, env=None, path=()) -> Result``.
+"""The command line in this process: ``run_cli(*argv, module="speechiter.run", cwd=None, env=None, path=())
+-> Result(code, out, err)``.
 
-``speechiter.run.main(argv)``, run as ``python -m speechiter.run`` would run it, for the tests whose
+``speechiter.run.main(argv)`` (or another command's: ``module`` is what ``python -m`` would be given, e.g.
+speechiter.pack or speechiter.importers.kaldi), run as ``python -m`` would run it, for the tests whose
 assertion is about the exit code, stdout / stderr or the files written: a fresh interpreter costs seconds
 (importing torch), a call here milliseconds. Keep a real subprocess where the process boundary is the point
 (signals, killed processes, torchrun, what outlives the process, a fresh install).
@@ -87,10 +89,16 @@ def _environment(env):
                 os.environ[key] = value
 
 
-def run_cli(*argv, cwd=None, env=None, path=()) -> Result:
-    """See the module docstring."""
-    from speechiter import run
+def _command(module: str):
+    command = importlib.import_module(module)
+    if not hasattr(command, "main") and hasattr(command, "__path__"):  # a package: python -m runs its __main__
+        command = importlib.import_module(f"{module}.__main__")
+    return command.main
 
+
+def run_cli(*argv, module="speechiter.run", cwd=None, env=None, path=()) -> Result:
+    """See the module docstring."""
+    main = _command(module)
     cwd = Path(cwd or REPO).resolve()
     user_dirs = [Path(p).resolve() for p in path]
     saved_path, saved_modules, saved_cwd = list(sys.path), set(sys.modules), os.getcwd()
@@ -113,7 +121,7 @@ def run_cli(*argv, cwd=None, env=None, path=()) -> Result:
             _default_filters()
             warnings.showwarning = show
             try:
-                code = run.main([str(a) for a in argv])
+                code = main([str(a) for a in argv])
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
                 if not isinstance(e.code, (int, type(None))):
