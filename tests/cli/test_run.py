@@ -9,6 +9,8 @@ from tests.inprocess import run_cli
 from tests.processes import children
 from tests.recipes import Ref, entry, write_recipe
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def read_dump(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
