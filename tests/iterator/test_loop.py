@@ -107,7 +107,6 @@ def test_attaching_costs_nothing_measurable():
     assert per_batch < 50e-6
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_dump_ids_come_from_batch_ids(tmp_path, corpus):
     cfg = write_cfg(tmp_path, corpus)
