@@ -1,15 +1,16 @@
-"""The command line in this process: ``run_cli(*argv, module="speechiter.run", cwd=None, env=None, path=())
--> Result(code, out, err)``.
+"""The command line in this process: ``run_cli(*argv, module="speechiter.run", script=None, cwd=None,
+env=None, path=()) -> Result(code, out, err)``.
 
 ``speechiter.run.main(argv)`` (or another command's: ``module`` is what ``python -m`` would be given, e.g.
-speechiter.pack or speechiter.importers.kaldi), run as ``python -m`` would run it, for the tests whose
+speechiter.pack or speechiter.importers.kaldi; ``script`` a file ``python`` would be given, e.g.
+tools/data_len.py, run as ``__main__``), run as ``python`` would run it, for the tests whose
 assertion is about the exit code, stdout / stderr or the files written: a fresh interpreter costs seconds
 (importing torch), a call here milliseconds. Keep a real subprocess where the process boundary is the point
 (signals, killed processes, torchrun, what outlives the process, a fresh install).
 
 - ``argv``: the arguments after ``-m speechiter.run`` (any value, str() is applied);
 - ``cwd``: the folder the run sees as current (default: the repository root); it also comes first on
-  sys.path, as ``-m`` puts it there;
+  sys.path, as ``-m`` puts it there (for a script: the script's folder);
 - ``env``: variables set for the call (a value of None unsets one);
 - ``path``: folders to import user modules from (what PYTHONPATH gave a subprocess).
 
@@ -29,6 +30,7 @@ import importlib
 import io
 import logging
 import os
+import runpy
 import sys
 import traceback
 import warnings
@@ -96,10 +98,23 @@ def _command(module: str):
     return command.main
 
 
-def run_cli(*argv, module="speechiter.run", cwd=None, env=None, path=()) -> Result:
+def _script(path: Path):
+    def main(argv):
+        saved = sys.argv
+        sys.argv = [str(path), *argv]
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        finally:
+            sys.argv = saved
+        return 0
+    return main
+
+
+def run_cli(*argv, module="speechiter.run", script=None, cwd=None, env=None, path=()) -> Result:
     """See the module docstring."""
-    main = _command(module)
+    main = _command(module) if script is None else _script(Path(script).resolve())
     cwd = Path(cwd or REPO).resolve()
+    first = cwd if script is None else Path(script).resolve().parent
     user_dirs = [Path(p).resolve() for p in path]
     saved_path, saved_modules, saved_cwd = list(sys.path), set(sys.modules), os.getcwd()
     out, err = io.StringIO(), io.StringIO()
@@ -113,7 +128,7 @@ def run_cli(*argv, module="speechiter.run", cwd=None, env=None, path=()) -> Resu
 
     try:
         os.chdir(cwd)
-        sys.path[:0] = [str(cwd), *map(str, user_dirs)]
+        sys.path[:0] = [str(first), *map(str, user_dirs)]
         importlib.invalidate_caches()
         logger.addHandler(handler)
         with _environment(env or {}), warnings.catch_warnings(), \
@@ -134,7 +149,7 @@ def run_cli(*argv, module="speechiter.run", cwd=None, env=None, path=()) -> Resu
         os.chdir(saved_cwd)
         added = [Path(p).resolve() for p in sys.path if p and p not in saved_path]
         sys.path[:] = saved_path
-        folders = [*user_dirs, *added, *([cwd] if cwd != REPO else [])]
+        folders = [*user_dirs, *added, *{first, cwd} - {REPO}]
         for name in set(sys.modules) - saved_modules:
             if _under(getattr(sys.modules[name], "__file__", None), folders):
                 del sys.modules[name]
