@@ -97,6 +97,7 @@ def test_batch_pickles_with_its_attributes_and_attach_copies_once():
         batch.other = 1  # slots: a typo of an attribute fails loudly
 
 
+@pytest.mark.nightly  # measures time: on a busy machine a figure, not a check
 def test_attaching_costs_nothing_measurable():
     """Micro-benchmark: attaching is one shallow copy of a few keys, microseconds per batch, while loading
     one batch takes milliseconds."""

@@ -233,6 +233,7 @@ def test_handbook_mixing_example(tmp_path, demo_root):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # a benchmark, at a tiny size
 @pytest.mark.timeout(300)
 def test_bench_mix_runs_at_a_tiny_size(load_tool, capsys):
     best, planning = load_tool("bench_mix").main(["--workers", "0", "--utterances", "30", "--repeats", "1",
