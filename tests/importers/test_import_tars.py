@@ -136,8 +136,18 @@ def test_indexed_shards_give_the_batches_of_the_unpacked_corpus(tmp_path, make_c
     want = batches(original, num_workers=0)
     assert batches(indexed, num_workers=0) == want
     assert batches(indexed, num_workers=0, engine="inline") == want
-    assert batches(indexed, num_workers=2, thread_type="proc") == want
     assert batches(indexed, num_workers=2, thread_type="thread") == want
+
+
+@pytest.mark.slow  # process workers
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fmt", ["webdataset", "shar", "nemo"])
+def test_indexed_shards_give_the_batches_of_the_unpacked_corpus_to_process_workers(tmp_path, make_corpus, fmt):
+    corpus = make_corpus(tmp_path / "c", num=16, fmt="flac" if fmt == "webdataset" else "wav")
+    index = import_local(fmt, corpus, tmp_path)
+    original, indexed = write_recipe(tmp_path / "a.yaml", corpus), write_recipe(tmp_path / "b.yaml", index)
+    want = batches(original, num_workers=0)
+    assert batches(indexed, num_workers=2, thread_type="proc") == want
     assert batches(indexed, num_workers=4, thread_type="proc") == want
     assert batches(indexed, num_workers=2, engine="torch") == want
     assert batches(indexed, epoch=2, start_step=2, num_workers=2) == batches(original, epoch=2, num_workers=0)[2:]

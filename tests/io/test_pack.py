@@ -127,8 +127,16 @@ def test_a_pack_gives_the_batches_of_its_corpus(tmp_path, make_corpus, fmt):
     want = batches(original, num_workers=0)
     assert batches(packed, num_workers=0) == want
     assert batches(packed, num_workers=0, engine="inline") == want
-    assert batches(packed, num_workers=2, thread_type="proc") == want
     assert batches(packed, num_workers=2, thread_type="thread") == want
+
+
+@pytest.mark.slow  # process workers
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_a_pack_gives_the_batches_of_its_corpus_to_process_workers(tmp_path, make_corpus, fmt):
+    original, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=24, fmt=fmt))
+    want = batches(original, num_workers=0)
+    assert batches(packed, num_workers=2, thread_type="proc") == want
     assert batches(packed, num_workers=4, thread_type="proc") == want
     assert batches(packed, num_workers=2, engine="torch") == want
     assert batches(packed, epoch=2, start_step=2, num_workers=2) == batches(original, epoch=2, num_workers=0)[2:]
