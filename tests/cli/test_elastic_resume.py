@@ -200,6 +200,7 @@ def kill_and_resize(tmp_path: Path, kind: str, plan: list, seed: int) -> list:
     return segments
 
 
+@pytest.mark.slow  # torchrun, killed and resumed
 @pytest.mark.timeout(300)
 def test_a_killed_two_rank_job_resumes_on_three(tmp_path):
     segments = kill_and_resize(tmp_path, "block", [(2, 1, 8), (3, 0)], seed=1)

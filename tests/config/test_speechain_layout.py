@@ -92,7 +92,7 @@ def relative_idx2wav(speechain: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("workers", [0, pytest.param(1, marks=pytest.mark.slow)])  # 1: a process worker
 @pytest.mark.timeout(60)
 def test_a_relative_idx2_value_that_misses_names_the_rule_and_the_idx2_file(speechain, monkeypatch, workers,
                                                                             make_recipe):

@@ -95,6 +95,7 @@ def texts(iterator, epoch, start_step=0):
         iterator.close()
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(120)
 def test_masks_are_the_same_for_any_worker_count_and_resume_point(text_corpus):
     reference = {epoch: texts(build_text_iterator(text_corpus), epoch) for epoch in (1, 2)}

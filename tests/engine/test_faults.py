@@ -268,6 +268,7 @@ def _segment(owner, suffix="w0_0"):
     return name
 
 
+@pytest.mark.slow  # processes that own segments, alive, zombie and dead
 @pytest.mark.timeout(60)
 def test_segments_whose_owner_lives_are_never_reclaimed(caplog):
     me = psutil.Process()
@@ -336,6 +337,7 @@ def test_start_method_choice():
     assert start_method_for(indexers.Echo, "spawn") == "spawn"
 
 
+@pytest.mark.slow  # another interpreter (Python 3.12)
 @pytest.mark.timeout(120)
 def test_sequence_tests_start_no_fork_under_python_3_12():
     """Python 3.12 warns when a process that runs threads forks: none of that in a real run."""

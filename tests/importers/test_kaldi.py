@@ -129,6 +129,7 @@ def test_segment_samples_match_the_recording(kaldi, data, tmp_path):
     np.testing.assert_array_equal(x, whole[20000:20000 + 43984])
 
 
+@pytest.mark.slow  # forks (lhotse reads in a process)
 def test_samples_match_lhotse_reading_the_same_data_dir(kaldi, data, tmp_path, monkeypatch):
     pytest.importorskip("lhotse")
     from lhotse.kaldi import load_kaldi_data_dir

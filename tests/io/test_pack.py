@@ -175,6 +175,7 @@ def edit_value(pack_dir: Path, row: int, value: str) -> str:
     return uid
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(120)
 def test_bad_ranges_name_the_utterance_and_the_object(tmp_path, make_corpus):
     _, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=12), shard_size="10M")
@@ -198,6 +199,7 @@ def test_bad_ranges_name_the_utterance_and_the_object(tmp_path, make_corpus):
     assert error.value.exit_code == 2
 
 
+@pytest.mark.slow  # a process worker sees the change
 @pytest.mark.timeout(120)
 def test_a_shard_that_changed_is_named_never_read(tmp_path, make_corpus):
     _, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=12), shard_size="10M")

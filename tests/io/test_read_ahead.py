@@ -22,6 +22,7 @@ def count_prepared(monkeypatch):
     return calls
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(300)
 def test_a_local_pack_gives_the_same_batches_with_and_without_reading_ahead(tmp_path, make_corpus, monkeypatch):
     original, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=30))
@@ -52,6 +53,7 @@ def load_until_error(recipe, **settings):
     pytest.fail("no error")
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(300)
 def test_a_read_ahead_that_fails_raises_at_its_own_batch(tmp_path, make_corpus, monkeypatch):
     original, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=30), shard_size="32K")

@@ -66,6 +66,7 @@ def test_a_dev_shm_too_small_for_a_batch_is_named_not_a_sigbus():
     assert "SIGBUS" not in result.stderr
 
 
+@pytest.mark.slow  # a process worker, dead of SIGBUS
 @pytest.mark.timeout(60)
 def test_a_worker_dead_of_sigbus_is_reported_as_shared_memory():
     manager = MSequence(indexers.Sigbus, num_workers=1, out_type="null", dset_size=0)
@@ -107,6 +108,7 @@ def cli_recipe(tmp_path, corpus, values=None):
     return recipe
 
 
+@pytest.mark.slow  # a process of its own: its open-files limit is lowered
 @pytest.mark.timeout(120)
 def test_a_low_open_files_limit_is_one_line_naming_it(tmp_path, corpus):
     recipe = cli_recipe(tmp_path, corpus)

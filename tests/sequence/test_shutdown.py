@@ -128,6 +128,7 @@ HOLDING = script("""
     """)
 
 
+@pytest.mark.slow  # a main process killed under its workers
 @pytest.mark.timeout(90)
 def test_segments_of_a_killed_main_process_are_unlinked_when_its_workers_end(tmp_path):
     marker = tmp_path / "stuck"

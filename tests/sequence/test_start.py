@@ -45,6 +45,7 @@ def test_the_default_never_forks_this_process():
         "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(120)
 def test_a_lock_held_by_another_thread_does_not_reach_the_workers():
     with _Holder():
@@ -68,6 +69,7 @@ def test_with_fork_the_same_lock_deadlocks_the_workers():
                 list(mng.iterate(TASKS))
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_workers_see_the_environment_of_the_moment_they_start(monkeypatch):
     manager = MSequence(indexers.Environ, num_workers=1, thread_type="proc", out_type="null", dset_size=0)
@@ -136,6 +138,7 @@ def test_the_same_script_guarded_runs(tmp_path, demo_root):
     assert int(done.stdout) > 0 and done.stderr == ""
 
 
+@pytest.mark.slow  # a python -c process of its own
 @pytest.mark.timeout(120)
 def test_a_reader_defined_in_an_interactive_session_uses_fork():
     """`python -c` (or a notebook): workers could not import its classes, so fork it is."""

@@ -236,6 +236,7 @@ def test_make_demo_without_espeak(make_demo_tool, tmp_path, monkeypatch, capsys)
     assert "espeak-ng is not installed" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # runs a command
 def test_make_demo_espeak_failure(make_demo_tool, tmp_path):
     with pytest.raises(make_demo_tool.DemoError, match="espeak-ng failed"):
         make_demo_tool.make_demo(tmp_path, espeak="false")
