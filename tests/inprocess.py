@@ -20,7 +20,8 @@ SystemExit (argparse's errors, --help) is the exit code; an exception that escap
 its traceback on ``err``. What one run would leave behind for the next, it takes back: the working folder,
 the variables, sys.path (the registry appends a recipe's folder for good, NOTE [ extra_dirs and sys.path ]
 in speechiter/registry.py), the user modules it imported (another test may write another module of the same
-name), and the once-per-process notices are armed again.
+name), the reads it started ahead for batches it never built; and the once-per-process notices are armed
+again.
 """
 from __future__ import annotations
 
@@ -67,6 +68,17 @@ def _rearm_notices():
 
     torch_rng._warned = False
     store._warned.clear()
+
+
+def _forget_reads_ahead():
+    """The reads this thread started ahead (speechiter/dataset/prefetch.py) for batches a failed run never
+    built stay in its thread-local list, where a later run with the same ids would take them: a fresh process
+    has none."""
+    from speechiter.dataset import prefetch
+
+    for started in getattr(prefetch._local, "started", ()):
+        started.cancel()
+    prefetch._local.__dict__.clear()
 
 
 def _under(file, folders) -> bool:
@@ -145,6 +157,7 @@ def run_cli(*argv, module="speechiter.run", script=None, cwd=None, env=None, pat
                 traceback.print_exc()
                 code = 1
     finally:
+        _forget_reads_ahead()
         logger.removeHandler(handler)
         os.chdir(saved_cwd)
         added = [Path(p).resolve() for p in sys.path if p and p not in saved_path]
