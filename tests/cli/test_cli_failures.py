@@ -75,7 +75,7 @@ def last_id(corpus):
     return sorted(line.split()[0] for line in (corpus / "idx2wav").read_text().splitlines())[10]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # process workers; nothing of the process outlives it
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_dataset_that_raises_ends_the_run_with_exit_1(tmp_path, corpus, thread_type):
@@ -91,7 +91,7 @@ def test_dataset_that_raises_ends_the_run_with_exit_1(tmp_path, corpus, thread_t
     assert_nothing_left(proc.pid, recipe)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a worker process killed
 @pytest.mark.timeout(60)
 def test_killed_worker_is_reported_with_pid_and_signal(tmp_path, corpus):
     recipe = write_recipe(tmp_path, corpus, bad=last_id(corpus), how="kill")
@@ -104,7 +104,7 @@ def test_killed_worker_is_reported_with_pid_and_signal(tmp_path, corpus):
     assert_nothing_left(proc.pid, recipe)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # Ctrl-C sent to a real process
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_ctrl_c_ends_every_worker(tmp_path, corpus, thread_type):

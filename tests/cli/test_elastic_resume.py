@@ -214,7 +214,7 @@ def test_a_killed_two_rank_job_resumes_on_three(tmp_path):
     assert len(segments) == 2 and segments[0][3][1] > 0  # killed in the middle of an epoch
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # torchrun jobs, killed and resumed
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["block", "bucket", "abs", "semi"])
 def test_random_kills_and_resizes(tmp_path, kind):

@@ -146,7 +146,7 @@ def run_example(code: str, tmp_path, *launcher, timeout=240):
                           text=True, timeout=timeout)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the handbook's example run as a script
 @pytest.mark.timeout(300)
 def test_handbook_training_loop_example(tmp_path, demo_root):
     result = run_example(handbook_code("## Batches in a training loop: ids, meta, padding"), tmp_path)

@@ -225,7 +225,7 @@ def test_group_info_values_come_from_the_batch_corpus(corpora, tmp_path):
         mix.close()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the handbook's example run as a script
 @pytest.mark.timeout(300)
 def test_handbook_mixing_example(tmp_path, demo_root):
     result = run_example(handbook_code("## Mixing corpora"), tmp_path)

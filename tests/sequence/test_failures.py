@@ -235,7 +235,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the main process is a subprocess that dies under its workers
 @pytest.mark.timeout(60)
 def test_workers_exit_and_segments_are_reclaimed_when_the_main_process_dies(tmp_path, caplog):
     import os

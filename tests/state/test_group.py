@@ -190,7 +190,7 @@ def test_cli_longest_loads_every_utterance_and_resumes(semi):
     assert resumed.returncode == 2 and "saved by a different run" in resumed.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the handbook's example run as a script
 @pytest.mark.timeout(300)
 def test_handbook_semi_supervised_example(tmp_path, demo_root):
     result = run_example(handbook_code("## Groups: semi-supervised steps"), tmp_path)
