@@ -58,8 +58,8 @@ def read_dump(path):
 
 
 @pytest.fixture
-def fresh_corpus(tmp_path, make_corpus):
-    return make_corpus(tmp_path / "corpus", num=24, seed=11, speakers=4)
+def fresh_corpus(shared_corpus):
+    return shared_corpus(num=24, seed=11, speakers=4)  # read only: made once per session
 
 
 @pytest.mark.slow  # process workers; the reference run in a fresh interpreter

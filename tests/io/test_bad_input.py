@@ -51,7 +51,12 @@ def make_fifo(path):
 
 def make_socket(path):
     server = socket.socket(socket.AF_UNIX)
-    server.bind(str(path))
+    cwd = os.getcwd()
+    os.chdir(path.parent)  # bound by its name: a socket's path has at most 107 bytes, a tmp_path may be longer
+    try:
+        server.bind(path.name)
+    finally:
+        os.chdir(cwd)
     return server
 
 
