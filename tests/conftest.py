@@ -150,10 +150,17 @@ def check_no_leaks():
     assert engine_threads() == []
 
 
+# Module- or session-scoped fixtures that hold no iterator, worker or segment: a test that uses only these is
+# checked after itself (this module's own check, the tmp_path folders, read-only corpora, the S3 server).
+HOLD_NOTHING = {"no_leaks_at_module_end", "tmp_path_factory", "shared_corpus", "s3_server", "worker_id",
+                "testrun_uid"}
+
+
 def _shares_fixtures(item) -> bool:
     """Whether the test uses a module- or session-scoped fixture (which may hold iterators across tests)."""
     info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(defs and defs[-1].scope != "function" for defs in info.name2fixturedefs.values())
+    return info is not None and any(defs and defs[-1].scope != "function" and name not in HOLD_NOTHING
+                                    for name, defs in info.name2fixturedefs.items())
 
 
 @pytest.fixture(autouse=True, scope="module")
