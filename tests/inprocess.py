@@ -149,10 +149,11 @@ def run_cli(*argv, module="speechiter.run", script=None, cwd=None, env=None, pat
             warnings.showwarning = show
             try:
                 code = main([str(a) for a in argv])
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-                if not isinstance(e.code, (int, type(None))):
-                    print(e.code, file=sys.stderr)
+            except SystemExit as e:  # sys.exit(x) ends a process with x, or prints x and ends it with 1
+                code = e.code
+                if not isinstance(code, (int, type(None))):
+                    print(code, file=sys.stderr)
+                    code = 1
             except Exception:  # noqa: BLE001 - what the interpreter would do with it
                 traceback.print_exc()
                 code = 1
@@ -166,4 +167,4 @@ def run_cli(*argv, module="speechiter.run", script=None, cwd=None, env=None, pat
         for name in set(sys.modules) - saved_modules:
             if _under(getattr(sys.modules[name], "__file__", None), folders):
                 del sys.modules[name]
-    return Result(code, out.getvalue(), err.getvalue())
+    return Result(0 if code is None else code, out.getvalue(), err.getvalue())
