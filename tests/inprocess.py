@@ -124,7 +124,6 @@ def _script(path: Path):
 
 def run_cli(*argv, module="speechiter.run", script=None, cwd=None, env=None, path=()) -> Result:
     """See the module docstring."""
-    main = _command(module) if script is None else _script(Path(script).resolve())
     cwd = Path(cwd or REPO).resolve()
     first = cwd if script is None else Path(script).resolve().parent
     user_dirs = [Path(p).resolve() for p in path]
@@ -148,6 +147,7 @@ def run_cli(*argv, module="speechiter.run", script=None, cwd=None, env=None, pat
             _default_filters()
             warnings.showwarning = show
             try:
+                main = _command(module) if script is None else _script(Path(script).resolve())
                 code = main([str(a) for a in argv])
             except SystemExit as e:  # sys.exit(x) ends a process with x, or prints x and ends it with 1
                 code = e.code
