@@ -20,6 +20,7 @@ from speechiter.config import iterator_label, load_config
 from speechiter.dump import DumpWriter, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, group_steps
+from speechiter.io.storage import redact
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
 from speechiter.state import GroupState
@@ -253,7 +254,7 @@ def _main(args) -> int:
         return run(args)
     except SpeechiterError as e:
         if args.debug:
-            traceback.print_exc()
+            _print_traceback()
         hint = "" if args.debug or e.exit_code == 2 else " (run with --debug for the traceback)"
         print(f"speechiter: error: {_summary(e)}{hint}", file=sys.stderr)
         return e.exit_code
@@ -262,7 +263,7 @@ def _main(args) -> int:
         return interrupts.exit_status(e)
     except SystemExit as e:  # sys.exit() in user code (a dataset hook ...): not the end of a finished run
         if args.debug:
-            traceback.print_exc()
+            _print_traceback()
         frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
         where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
         print(f"speechiter: error: sys.exit({e.code!r}) was called{where} before the run ended"
@@ -270,16 +271,21 @@ def _main(args) -> int:
         return 1
     except Exception as e:  # any other failure: exit 1, one line unless --debug
         if args.debug:
-            traceback.print_exc()
+            _print_traceback()
         print(f"speechiter: error: {type(e).__name__}: {_summary(e)}"
               + ("" if args.debug else " (run with --debug for the traceback)"), file=sys.stderr)
         return 1
 
 
 def _summary(error: BaseException) -> str:
-    """The error's message up to its first blank line (worker tracebacks follow), as one line."""
+    """The error's message up to its first blank line (worker tracebacks follow), as one line, without secrets."""
     text = str(error).strip().split("\n\n", 1)[0]
-    return " ".join(line.strip() for line in text.splitlines()) or type(error).__name__
+    return redact(" ".join(line.strip() for line in text.splitlines()) or type(error).__name__)
+
+
+def _print_traceback() -> None:
+    """--debug: the traceback, without secrets (a library's message may quote a URL's password)."""
+    print(redact(traceback.format_exc()), file=sys.stderr, end="")
 
 
 if __name__ == "__main__":

@@ -33,13 +33,12 @@ required: a mix has no natural epoch).
   (``sources``), checked on resume, so a state never resumes under another
   schedule.
 """
-import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from numbers import Real
 from typing import Any, Dict, List, Optional
 
-from speechiter.checks import check_int
+from speechiter.checks import check_int, is_finite
 from speechiter.engine import EngineSettings
 from speechiter.errors import ConfigError
 from speechiter.fingerprints import fingerprint, settings_summary
@@ -246,8 +245,8 @@ def check_weights(weights: Any, names: List[str]) -> Dict[str, Fraction]:
     for name, weight in weights.items():
         if str(name) not in names:
             raise ConfigError(f"weights.{name}", f"no iterator {name!r} in this mix (it has {', '.join(names)})")
-        if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight):
-            raise ConfigError(f"weights.{name}", f"expected a number, got {weight!r}")
+        if isinstance(weight, bool) or not isinstance(weight, Real) or not is_finite(weight):
+            raise ConfigError(f"weights.{name}", f"expected a number, got {weight!r}"[:200])
         if weight < 0:
             raise ConfigError(f"weights.{name}", f"expected a weight of 0 or more, got {weight!r}")
     exact = {str(name): Fraction(str(weight)) for name, weight in weights.items()}
