@@ -86,7 +86,8 @@ def _under(file, folders) -> bool:
 
 
 @contextlib.contextmanager
-def _environment(env):
+def environment(env):
+    """os.environ with ``env`` set (a value of None unsets its variable), as it was afterwards."""
     saved = {key: os.environ.get(key) for key in env}
     try:
         for key, value in env.items():
@@ -142,7 +143,7 @@ def run_cli(*argv, module="speechiter.run", script=None, cwd=None, env=None, pat
         sys.path[:0] = [str(first), *map(str, user_dirs)]
         importlib.invalidate_caches()
         logger.addHandler(handler)
-        with _environment(env or {}), warnings.catch_warnings(), \
+        with environment(env or {}), warnings.catch_warnings(), \
                 contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             _default_filters()
             warnings.showwarning = show

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import socket
 import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.inprocess import environment
 
 
 def _require_packages():
@@ -68,18 +69,10 @@ def s3_server(tmp_path_factory):
     no_config = tmp_path_factory.mktemp("aws") / "absent"
     env = dict(FAKE_ENV, AWS_ENDPOINT_URL=endpoint, AWS_CONFIG_FILE=str(no_config),
                AWS_SHARED_CREDENTIALS_FILE=str(no_config))
-    saved = {key: os.environ.get(key) for key in (*env, *HIDDEN_ENV)}
     try:
-        for key in HIDDEN_ENV:
-            os.environ.pop(key, None)
-        os.environ.update(env)
-        yield endpoint
+        with environment({**dict.fromkeys(HIDDEN_ENV), **env}):
+            yield endpoint
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         server.stop()
 
 
