@@ -25,6 +25,7 @@ With ``out_type: cpu`` the step runs on the CPU, in the main process
 (one warning: set ``out_type: cuda``); ``null`` gives numpy arrays back.
 """
 import warnings
+import weakref
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -170,7 +171,7 @@ def spec_augment(feat, frames, counts: List[int], records: List[Optional[dict]],
 
 
 _MELS: Dict[tuple, Any] = {}
-_TENSORS: Dict[tuple, tuple] = {}
+_TENSORS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # LogMel -> {device: (window, banks)}
 
 
 def _log_mel(conf: Dict[str, Any]):
@@ -184,9 +185,11 @@ def _log_mel(conf: Dict[str, Any]):
 
 
 def _device_tensors(mel, device):
-    key = (id(mel), str(device))
-    found = _TENSORS.get(key)
+    """``mel``'s window and mel banks on ``device``, kept as long as ``mel`` lives (keyed by the object: an id
+    can be reused once it dies)."""
+    tensors = _TENSORS.setdefault(mel, {})
+    found = tensors.get(str(device))
     if found is None:
         banks = mel.banks_tensor.double() if device.type == "cuda" else mel.banks_tensor
-        found = _TENSORS[key] = (mel.window_tensor.to(device), banks.to(device))
+        found = tensors[str(device)] = (mel.window_tensor.to(device), banks.to(device))
     return found

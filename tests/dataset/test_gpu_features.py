@@ -143,3 +143,16 @@ def test_the_device_step_crosses_from_process_workers(corpus, monkeypatch):
     for (a, la, ia, ma), (b, lb, ib, mb) in zip(expected, batches(iterator(corpus, "cuda", [SPEC], **settings))):
         assert la == lb and ia == ib and ma == mb
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=TOLERANCE)
+
+
+def test_each_settings_object_gets_its_own_device_tensors():
+    """Short-lived LogMels of other settings reuse each other's ids: the window and banks follow the object."""
+    import gc
+    rows = waves((4000,))
+    for i in range(12):
+        mel = LogMel(16000, **[{}, {"preemphasis": 0.0, "window": "hamming"}, {"n_mels": 40}][i % 3])
+        n = mel.num_frames(4000)
+        feat = batch_log_mel(mel, torch.from_numpy(padded(rows))[..., 0], torch.tensor([n]), n, None)
+        np.testing.assert_allclose(feat[0].numpy(), mel(rows[0]), rtol=0, atol=TOLERANCE)
+        del mel, feat
+        gc.collect()
