@@ -16,11 +16,11 @@
 - The S3 fixtures of tests/s3.py (``s3_server`` once per session, ``s3_client``, ``s3_corpus``,
   ``s3_proxy``, ``fresh_storage``, ``localhost_only``).
 - Markers (setup.cfg): ``slow`` (processes, servers), ``nightly`` (measures, or resolves against the
-  package index): nightly tests run only when ``-m`` names them (``-m nightly``), never by default.
+  package index): nightly tests run only when ``-m`` names them (``-m nightly``), never by default;
+  ``cuda`` (needs a GPU): skipped where torch sees none.
 - ``no_leaks`` (autouse): after every test (at its module's end when it uses a
   module- or session-scoped fixture), no child process or loading worker, no
   /dev/shm segment of this process and no engine thread (``speechiter-*``).
-- tests marked ``cuda`` skip where torch sees no GPU.
 """
 from __future__ import annotations
 
