@@ -187,11 +187,22 @@ class Converter:
             event = torch.cuda.Event()
             event.record(self._stream)
         if direct:
-            copied.synchronize()  # the slot is read: See NOTE [ Pinned slots ] in shm/pinning.py
+            _wait_copied(copied)  # the slot is read: See NOTE [ Pinned slots ] in shm/pinning.py
         return batch, event
 
 
 _TORCH_DTYPES = {}
+# How long a converter waits for the copies from a slot (a few ms normally); polled, never spun or unbounded.
+COPY_TIMEOUT_S = 60.0
+_COPY_POLL_S = 0.0002
+
+
+def _wait_copied(event) -> None:
+    deadline = time.monotonic() + COPY_TIMEOUT_S
+    while not event.query():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the copies of a batch to the GPU did not finish within {COPY_TIMEOUT_S:g} s")
+        time.sleep(_COPY_POLL_S)
 
 
 def _cpu():

@@ -123,3 +123,54 @@ def test_nothing_stays_registered_after_epochs_an_early_exit_or_ctrl_c():
     with interrupts.installed(), pytest.raises(KeyboardInterrupt):
         run(cuda, epochs=2, interrupt_at=3)
     assert cuda.live == {}
+
+
+def test_cuda_registration_errors_become_the_staging_fallback(monkeypatch):
+    import torch
+
+    class Runtime:  # torch.cuda.cudart() of a driver that refuses to register memory
+        def cudaHostRegister(self, address, size, flags):
+            return 712
+
+        def cudaHostUnregister(self, address):
+            return 0
+
+    monkeypatch.setattr(torch.cuda, "cudart", lambda: Runtime())
+    pins = shm.cuda_host_pins()
+    with open(__file__, "rb") as f:
+        import mmap
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        with pytest.warns(RuntimeWarning, match="cudaHostRegister returned CUDA error 712"):
+            assert not pins.pin(mm)
+    finally:
+        mm.close()
+
+
+def test_a_copy_that_never_finishes_is_a_timeout_not_a_hang(monkeypatch):
+    from speechiter.sequence import convert
+
+    class Stuck:
+        def query(self):
+            return False
+
+    monkeypatch.setattr(convert, "COPY_TIMEOUT_S", 0.05)
+    with pytest.raises(TimeoutError, match="did not finish within 0.05 s"):
+        convert._wait_copied(Stuck())
+
+
+def test_a_refused_unregistration_warns_and_the_clean_up_goes_on():
+    cuda = FakeCuda()
+
+    def unregister(address):
+        raise RuntimeError("cudaHostUnregister returned CUDA error 4")
+
+    prefix = shm.session_prefix()
+    table, writer = shm.SlotTable(prefix, 2, pins=shm.HostPins(cuda.register, unregister)), shm.SlotWriter(prefix, 0)
+    try:
+        assert table.reader(pack(table, writer, table.acquire(), 1), share=False).pinned
+    finally:
+        writer.close()
+        with pytest.warns(RuntimeWarning, match="could not unregister .* CUDA error 4"):
+            table.close()
+    assert shm.leftover_segments(prefix) == []  # unlinked all the same

@@ -60,10 +60,15 @@ class HostPins:
         return True
 
     def unpin(self, mm) -> None:
-        """Unregister ``mm`` if it is registered (before it is unmapped)."""
+        """Unregister ``mm`` if it is registered (before it is unmapped). A failure warns and lets the
+        clean-up go on: the mapping is unmapped and its segment unlinked all the same."""
         entry = self._pinned.pop(id(mm), None)
         if entry is not None:
-            self._unregister(entry[1])
+            try:
+                self._unregister(entry[1])
+            except Exception as error:
+                warnings.warn(f"could not unregister shared memory from CUDA ({error})", RuntimeWarning,
+                              stacklevel=2)
 
     def close(self) -> None:
         for mm, _ in list(self._pinned.values()):
