@@ -31,6 +31,7 @@ same rule the readers use.
 ``piped``          piped values read: natively, or the command run if allowed
 ``commands``       unknown commands: refused all at once, or run with a timeout
 ``sphere``         NIST SPHERE that libsndfile cannot decode (shorten), named
+``files``          a data file checked before it is read (regular files only)
 =================  ==========================================================
 
 Nothing is imported here: import from the modules
