@@ -1,37 +1,16 @@
 """Groups of iterators that step together: ``{name: batch}`` per step, one state for the group.
 
-# NOTE [ Group steps ]
-A group (``train: {sup: ..., unsup: ...}``) runs all its iterators in lock
-step; its ``steps`` policy (a data_cfg key beside the named iterators) sets
-how long an epoch is:
-
-- ``shortest`` (SpeeChain's behaviour, the default): as many steps as the
-  shortest iterator; each iterator runs epoch e of its own plan and the rest
-  of the longer ones is skipped (counted in ``skipped`` and in the report).
-- ``longest``: as many steps as the longest; each iterator walks through its
-  own epochs one after the other, so after s steps of group epoch e it has
-  consumed ``g = (e - 1) * steps + s`` batches of its stream of epochs and
-  stands at its own epoch ``g // len + 1``, step ``g % len`` (each epoch
-  clipped and shuffled as usual). Nothing is skipped; a shorter iterator starts
-  its next epoch (the cursor rule moves on with it) inside the group's epoch.
-
-Both are deterministic in (seed, epoch, step), so a group resumes exactly from
-``(epoch, step)``. Its state (speechiter.state.GroupState) holds each
-iterator's state at that iterator's own position (``own_position``), and a
-state whose positions disagree with the group's (epoch, step) is refused.
-Each iterator's state carries the layout of its epoch, so a group resumes on
-another layout too (NOTE [ Elastic resume ] in speechiter/iterator/elastic.py):
-under ``shortest`` the continued epoch has the steps the saved run planned;
-``longest`` needs every epoch of the same length, so a resume whose continued
-epoch has another length than the next ones (a changed ngpu) is refused.
+A group (``train: {sup: ..., unsup: ...}``) runs its iterators in lock step under its ``steps`` policy:
+see NOTE [ Group steps ] in speechiter/plan/steps.py for the rule, whose positions are pure functions of
+(epoch, step).
 """
-import dataclasses
-from typing import Any, Dict, Iterable, Iterator as PyIterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator as PyIterator, List, Mapping, Optional, Tuple, Union
 
 from speechiter.checks import check_choice, check_int
 from speechiter.config.groups import STEPS_POLICIES
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator
+from speechiter.plan.steps import own_position, segments, steps_per_epoch
 from speechiter.state import GroupState, LoaderState, check_step
 
 
@@ -49,39 +28,10 @@ def policy_of(group: Any) -> str:
     return getattr(group, "steps", "shortest")
 
 
-def steps_per_epoch(sizes: Iterable[int], policy: str) -> int:
-    """A group's steps per epoch: its shortest or longest iterator's batches per epoch (``sizes``)."""
-    return min(sizes) if policy == "shortest" else max(sizes)
-
-
 def group_steps(group: Any) -> int:
     """Steps per epoch of a build_iterators() group value (an Iterator or a group) under its policy."""
     iterators = {None: group} if isinstance(group, Iterator) else group
     return steps_per_epoch((len(iterator) for iterator in iterators.values()), policy_of(group))
-
-
-def stream_position(consumed: int, size: int) -> Tuple[int, int]:
-    """(own epoch, steps of it done) of an iterator of ``size`` batches per epoch after ``consumed`` batches
-    of its stream of epochs (under ``steps: longest``)."""
-    epoch, step = divmod(consumed, size)
-    return epoch + 1, step
-
-
-def own_position(epoch: int, step: int, size: int, steps: int, policy: str) -> Tuple[int, int]:
-    """Where an iterator of ``size`` batches per epoch stands when its group (``steps`` per epoch) has done
-    ``step`` steps of ``epoch`` (see NOTE [ Group steps ])."""
-    if policy == "shortest" or not size:
-        return epoch, step
-    return stream_position((epoch - 1) * steps + step, size)
-
-
-@dataclasses.dataclass(frozen=True)
-class Segment:
-    """A stretch of one iterator's own epoch: steps ``start + 1 .. stop``."""
-
-    epoch: int
-    start: int
-    stop: int
 
 
 class GroupLoader:
@@ -121,21 +71,6 @@ class GroupLoader:
         return steps_per_epoch((it.epoch_len(epoch) for it in self.iterators.values()), self.policy)
 
     # --- the plan -----------------------------------------------------------------
-    def segments(self, name) -> List[Segment]:
-        """The stretches of ``name``'s own epochs from the current step to the end of the group's epoch
-        (see NOTE [ Group steps ])."""
-        size = len(self.iterators[name])
-        if self.policy == "shortest":
-            return [Segment(self.epoch, self.step, self.steps)]
-        first, end = (self.epoch - 1) * self.steps + self.step, self.epoch * self.steps
-        segments = []
-        while first < end:
-            own_epoch, start = stream_position(first, size)
-            stop = min(size, start + end - first)
-            segments.append(Segment(own_epoch, start, stop))
-            first += stop - start
-        return segments
-
     def skipped(self) -> Dict[Any, Tuple[int, int]]:
         """``{name: (batches, utterances)}`` of this epoch that ``shortest`` leaves out (longer iterators only)."""
         result = {}
@@ -150,10 +85,11 @@ class GroupLoader:
 
     # --- iteration ------------------------------------------------------------------
     def _stream(self, name) -> PyIterator:
-        iterator, segments = self.iterators[name], self.segments(name)
+        iterator = self.iterators[name]
+        parts = segments(self.epoch, self.step, self.steps, len(iterator), self.policy)
         self.loaders[name] = []
-        for i, segment in enumerate(segments):
-            last = i == len(segments) - 1
+        for i, segment in enumerate(parts):
+            last = i == len(parts) - 1
             # the workers may start on the next epoch only where it follows (See NOTE [ Group steps ])
             prefetch = segment.stop == len(iterator) and (not last or self.prefetch_next) \
                 if self.policy == "longest" else self.prefetch_next

@@ -56,7 +56,7 @@ class Loader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from a saved state: the next batch is the one after it, the rest of its epoch as
         the saved run planned it when saved on another layout (ranks, ngpu; see NOTE [ Elastic resume ]
-        in speechiter/iterator/elastic.py).
+        in speechiter/plan/layout.py).
 
         Raises a ConfigError if the state is malformed or belongs to another configuration.
         """

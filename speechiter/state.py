@@ -18,7 +18,7 @@ differs from the current setup. Versions: 1 has no settings summaries; 2 has a
 flat run state (``epoch``, ``step``, ``iterators`` beside ``seed``); in 1 to 3
 the fingerprints include the layout (ranks, ngpu), so those states resume on
 the same layout only; 4 saves the layout of the epoch apart (``layout``) and
-resumes on any (NOTE [ Elastic resume ] in speechiter/iterator/elastic.py).
+resumes on any (NOTE [ Elastic resume ] in speechiter/plan/layout.py).
 All load (speechiter/state_keys.py checks a saved dict). The Python API (``Loader`` / ``GroupLoader.state_dict``) and the CLI
 (``--save_state`` / ``--resume``, speechiter/state_files.py) share these
 records. Resuming costs O(1) batches: the plan is recomputed and cut at the
@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Protocol, runtime_checkable
 
 from speechiter.errors import ConfigError
 from speechiter.fingerprints import settings_differences
-from speechiter.iterator.elastic import Layout
+from speechiter.plan.layout import Layout
 from speechiter.state_keys import (ELASTIC_VERSION, FLAT_RUN_KEYS, GROUP_KEYS, KEY_BATCHES, KEY_CONFIG, KEY_EPOCH,
                                    KEY_GROUP, KEY_ITERATORS, KEY_LAYOUT, KEY_MODE, KEY_NAME, KEY_POLICY, KEY_SEED,
                                    KEY_SETTINGS, KEY_SOURCES, KEY_STEP, KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE, LOADER_KEYS,

@@ -15,7 +15,7 @@ of higher ranks, left by an earlier and larger run, are not read), checks
 that each fits this run, and continues from the earliest (epoch, step) among
 them: a step counts as done only when every rank did it; the steps some ranks
 did past it are loaded again. All ranks so start from the same step, on their
-new layout (NOTE [ Elastic resume ] in speechiter/iterator/elastic.py). Then
+new layout (NOTE [ Elastic resume ] in speechiter/plan/layout.py). Then
 they wait for each other (a barrier) before writing, so that no rank
 overwrites a file another is still reading. A job killed before that first
 write and wait are done leaves files of two runs: both stand at or after the

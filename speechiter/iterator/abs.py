@@ -1,16 +1,16 @@
 """The Iterator base class: SpeeChain's facade over a Dataset, a BatchPlan and EngineSettings.
 
-The keyword arguments become two frozen values: a :class:`speechiter.plan.BatchPlan` (what the batches are; its
+The keyword arguments become two frozen values: a :class:`speechiter.plan.options.BatchPlan` (what the batches are; its
 fingerprint guards resumes) and a :class:`speechiter.engine.EngineSettings` (how they are loaded). The plan:
 
     Dataset -> data_len, group_info -> sort -> batches_generate_fn -> as_view = the base view
     -> ngpu rule, rank share = the view
 
 Each epoch, :meth:`Iterator.build_loader` clips the view to ``batches_per_epoch``, shuffles it (NOTE [ Epoch
-shuffle ] in shuffle.py), cuts it at ``start_step`` and hands the tasks to the engine, which builds them with
+shuffle ] in speechiter/plan/shuffle.py), cuts it at ``start_step`` and hands the tasks to the engine, which builds them with
 :meth:`Iterator.reader`. Subclasses override :meth:`batches_generate_fn` (and :meth:`budgets_longest` for a
-hard bound). The view steps are in view.py, lengths and the sort in lengths.py, an epoch begun under another
-layout in elastic.py (NOTE [ Elastic resume ]).
+hard bound). The view steps are in speechiter/plan/view.py, lengths and the sort in lengths.py, an epoch
+begun under another layout in speechiter/plan/layout.py (NOTE [ Elastic resume ]).
 """
 import dataclasses
 import weakref
@@ -25,19 +25,20 @@ from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import DataError
 from speechiter.ids import Column, SortedIds
 from speechiter.index.views import planned_view  # See NOTE [ Plan cache ] in speechiter/index/__init__.py
-from speechiter.iterator.distributed import resolve_rank, share_view
 from speechiter.iterator.epochs import EpochPlans
 from speechiter.iterator.lengths import load_group_info, load_lengths, sort_ids
-from speechiter.iterator.shuffle import EpochShuffle
-from speechiter.iterator.tasks import check_plan_size
-from speechiter.iterator.view import Batches, BatchView, as_view, batches_from_bounds, is_vectorised, vectorised
 from speechiter.paths import FILES, NAMED_FILES
-from speechiter.plan import BatchPlan, qualified_name
+from speechiter.plan.options import BatchPlan, qualified_name
+from speechiter.plan.ranks import resolve_rank, share_view
+from speechiter.plan.shuffle import EpochShuffle
+from speechiter.plan.tasks import check_plan_size
+from speechiter.plan.view import (Batches, BatchView, as_view, batches_from_bounds, cacheable, is_vectorised,
+                                  vectorised)
 
 
 def _plan_option(name: str) -> property:
     """A read-only attribute that reads the option ``name`` of the Iterator's BatchPlan."""
-    return property(lambda self: getattr(self.plan, name), doc=f"The plan's {name} (see speechiter.plan.BatchPlan).")
+    return property(lambda self: getattr(self.plan, name), doc=f"The plan's {name} (see speechiter.plan.options.BatchPlan).")
 
 
 class Iterator(EpochPlans):
@@ -53,7 +54,7 @@ class Iterator(EpochPlans):
         is_descending: sort by length, longest first (True), shortest first (False) or keep the dataset order
             (None). Ties keep the id order.
         shuffle: shuffle the batches every epoch, seeded by seed + epoch (see NOTE [ Epoch shuffle ] in
-            speechiter/iterator/shuffle.py).
+            speechiter/plan/shuffle.py).
         seed: the run's seed.
         ngpu: make every batch's size divisible by ngpu.
         num_workers: loading workers; 0 loads in the main process.
@@ -61,7 +62,7 @@ class Iterator(EpochPlans):
         distributed: take this rank's share of every batch (torch.distributed).
         rank, world_size: override the distributed rank and world size.
         evaluation: a valid or test iterator (build_iterators sets it): under distributed, each utterance goes
-            to one rank only and padding rows are marked (see speechiter.iterator.view.eval_share).
+            to one rank only and padding rows are marked (see speechiter.plan.view.eval_share).
         engine: ``msequence`` (default), ``inline`` or ``torch``.
         thread_type: ``proc`` or ``thread`` workers of the msequence engine.
         start_method: how ``proc`` workers start: ``forkserver`` (the default where the OS has it, else
@@ -107,7 +108,7 @@ class Iterator(EpochPlans):
         self._engine: Optional[Engine] = None
         self._engine_finalizer: Optional[weakref.finalize] = None
 
-    # --- the plan's options, as SpeeChain's attributes (read-only: see speechiter.plan.BatchPlan) ---
+    # --- the plan's options, as SpeeChain's attributes (read-only: see speechiter.plan.options.BatchPlan) ---
     batches_per_epoch = _plan_option("batches_per_epoch")
     data_len_files = _plan_option("data_len")  # the data_len option, for plots and reports
     is_descending = _plan_option("is_descending")
@@ -135,8 +136,17 @@ class Iterator(EpochPlans):
         self.data_len: Optional[Mapping[str, float]] = (lengths if lengths is None or is_vectorised(self)
                                                         else lengths.to_dict())
         sorted_ids = sort_ids(self.dataset.get_data_index(), lengths, plan.is_descending)
-        self._set_view(*planned_view(self, sorted_ids, plan.iter_conf))  # _distribute(_generate_view()), or cached
+        hook = type(self).batches_generate_fn
+        code = {cls.__module__ for cls in type(self).__mro__ if cls.__module__.startswith("speechiter.")}
+        self._set_view(*planned_view(plan, sorted_ids, lambda: self._distributed(sorted_ids),
+                                     f"{hook.__module__}.{hook.__qualname__}" if getattr(hook, "cacheable", False)
+                                     else None, code | {as_view.__module__, share_view.__module__}))
         check_plan_size(plan.batches_per_epoch, self._view)
+
+    def _distributed(self, sorted_ids: SortedIds):
+        """``(this rank's view, the base view)`` of the sorted ids."""
+        base = self._generate_view(sorted_ids, self.plan.iter_conf)
+        return self._distribute(base), base
 
     def _generate_view(self, sorted_ids: SortedIds, iter_conf: dict) -> BatchView:
         """batches_generate_fn's batches as a BatchView (the one conversion)."""
@@ -148,7 +158,7 @@ class Iterator(EpochPlans):
         return view
 
     def _distribute(self, view: BatchView) -> BatchView:
-        """The ngpu rule, then this rank's share (see speechiter.iterator.distributed.share_view)."""
+        """The ngpu rule, then this rank's share (see speechiter.plan.ranks.share_view)."""
         return share_view(view, self.ngpu, self.rank, self.world_size, self.is_descending is not False,
                           self.evaluation, self.name)
 
@@ -187,6 +197,7 @@ class Iterator(EpochPlans):
         bucket); ``iter_conf`` holds the iterator's options."""
         return False
 
+    @cacheable
     @vectorised
     def batches_generate_fn(self, data_index: Sequence[str], data_len: Optional[Mapping[str, float]],
                             batch_size: Optional[int] = None) -> Batches:

@@ -1,10 +1,10 @@
 """EpochPlans: each epoch's plan of an Iterator (the Iterator's base class for its per-epoch part).
 
     the epoch's view (this rank's; base_epoch_view -> the ngpu rule, the rank share) -> clip_batches
-    -> EpochShuffle (NOTE [ Epoch shuffle ] in shuffle.py) = the epoch's plan -> EpochTasks from a step on
+    -> EpochShuffle (NOTE [ Epoch shuffle ] in speechiter/plan/shuffle.py) = the epoch's plan -> EpochTasks from a step on
 
 An epoch begun by a run of another layout is planned from that run's global batches instead (see
-:meth:`EpochPlans.continue_epoch` and NOTE [ Elastic resume ] in elastic.py). The Iterator
+:meth:`EpochPlans.continue_epoch` and NOTE [ Elastic resume ] in speechiter/plan/layout.py). The Iterator
 (speechiter/iterator/abs.py) sets what this part reads: ``_view`` (this rank's view), ``_base`` (the base
 view), ``_shuffle``, ``_continued`` and the plan's options, and provides ``batches`` and ``_distribute``.
 """
@@ -13,9 +13,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
 from speechiter.fingerprints import batches_fingerprint, view_fingerprint
-from speechiter.iterator.elastic import ContinuedEpoch, Layout, check_continuable
-from speechiter.iterator.tasks import EpochTasks, check_epoch
-from speechiter.iterator.view import BatchView, as_view, clip_batches, global_batches, is_vectorised, share_batches
+from speechiter.plan.layout import ContinuedEpoch, Layout, check_continuable
+from speechiter.plan.ordered import clip_batches, reorder
+from speechiter.plan.tasks import EpochTasks, check_epoch
+from speechiter.plan.view import BatchView, as_view, global_batches, is_vectorised, share_batches
 
 
 class EpochPlans:
@@ -90,13 +91,13 @@ class EpochPlans:
 
     def _shuffled(self, view: BatchView, epoch: int) -> BatchView:
         """``view`` (an epoch's, this rank's or global) clipped and shuffled: an OrderedView of ``view``
-        (NOTE [ Lazy epoch plans ] in ordered.py), or ``view`` itself."""
+        (NOTE [ Lazy epoch plans ] in speechiter/plan/ordered.py), or ``view`` itself."""
         clipped = clip_batches(view, self.batches_per_epoch, epoch)
         if not self.shuffle:
             return clipped
         # See NOTE [ Epoch shuffle ]: in place over the epochs when the whole, fixed view is used
         cumulative = clipped is view and self._fixed_view()
-        return clipped.take(self._shuffle.order(epoch, len(clipped), cumulative))
+        return reorder(clipped, self._shuffle.order(epoch, len(clipped), cumulative))
 
     def _epoch_plan(self, epoch: int) -> BatchView:
         """The epoch's plan; the last one is kept (the next loader or its lookahead asks again)."""

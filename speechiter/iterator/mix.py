@@ -43,12 +43,12 @@ from speechiter.checks import check_int
 from speechiter.engine import EngineSettings
 from speechiter.errors import ConfigError
 from speechiter.fingerprints import fingerprint, settings_summary
-from speechiter.group import stream_position
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.mix_plan import MixLoader, MixPlan, MixReader, MixTasks, OwnPlans
-from speechiter.iterator.schedule import SCHEDULE_VERSION, MixSchedule
-from speechiter.iterator.tasks import check_epoch
-from speechiter.plan import qualified_name
+from speechiter.plan.options import qualified_name
+from speechiter.plan.schedule import SCHEDULE_VERSION, MixSchedule
+from speechiter.plan.steps import stream_position
+from speechiter.plan.tasks import check_epoch
 from speechiter.seeding import stream_id
 
 

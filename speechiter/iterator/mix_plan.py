@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from speechiter.batch import Batch
-from speechiter.group import stream_position
-from speechiter.iterator.tasks import EpochTasks
 from speechiter.loader import Loader
+from speechiter.plan.steps import stream_position
+from speechiter.plan.tasks import EpochTasks
 
 #: own epochs of each corpus whose plans a mixed iterator keeps (the current one, the next, lookahead)
 KEPT_EPOCHS = 4

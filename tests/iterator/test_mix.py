@@ -9,9 +9,9 @@ import speechiter
 from speechiter.batch import Batch
 from speechiter.dump import checksum
 from speechiter.errors import ConfigError
-from speechiter.group import stream_position
 from speechiter.iterator.mix import MixIterator
-from speechiter.iterator.schedule import MixSchedule
+from speechiter.plan.schedule import MixSchedule
+from speechiter.plan.steps import stream_position
 from speechiter.state import LoaderState
 from tests.cli.test_run import read_dump, run_cli
 from tests.iterator.test_loop import handbook_code, run_example

@@ -6,7 +6,7 @@ import pytest
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError
 from speechiter.iterator.block import BlockIterator
-from speechiter.plan import MAX_SEED, BatchPlan
+from speechiter.plan.options import MAX_SEED, BatchPlan
 from speechiter.fingerprints import fingerprint, settings_summary
 
 OPTIONS = dict(type="speechiter.iterator.block.BlockIterator", dataset="speechiter.dataset.speech_text.SpeechTextDataset",

@@ -14,7 +14,7 @@ from speechiter.group import GroupLoader, IteratorGroup
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.bucket import BucketIterator
-from speechiter.iterator.elastic import Layout
+from speechiter.plan.layout import Layout
 from speechiter.state import LoaderState, RunState
 from speechiter.state_files import earliest, saved_states
 

@@ -9,7 +9,7 @@ from speechiter.config import iterator_label
 from speechiter.errors import ConfigError
 from speechiter.loader import Loader
 from speechiter.fingerprints import settings_summary, summary_differences
-from speechiter.iterator.elastic import Layout
+from speechiter.plan.layout import Layout
 from speechiter.state import GroupState, LoaderState, RunState, Stateful
 from speechiter.user_files import read_json
 from tests import recipes

@@ -19,7 +19,7 @@ here is checked on resume with no other code:
 
 The layout (``ngpu``, ``rank``, ``world_size``) does not count: a state saves
 the layout of its epoch under ``layout``, and a resume may change it (see
-speechiter/iterator/elastic.py). States of versions 1 to 3 hold the legacy
+speechiter/plan/layout.py). States of versions 1 to 3 hold the legacy
 fingerprint, where it counted: a field's ``legacy`` metadata, when present,
 says how it counted there (``settings(legacy=True)``).
 
@@ -96,6 +96,11 @@ class BatchPlan:
         """The random stream of this plan's batches (see speechiter.seeding.batch_seed):
         apart per iterator name, and per rank."""
         return stream_id(self.name) + self.rank
+
+    @property
+    def descending(self) -> bool:
+        """Whether the view runs longest first (the rank share's order; unsorted counts as descending)."""
+        return self.is_descending is not False
 
     def settings(self, legacy: bool = False) -> Dict[str, Any]:
         """``{field: value}`` of the fields that count (see NOTE [ Plan fingerprint ]); ``legacy``: those

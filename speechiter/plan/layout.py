@@ -9,7 +9,7 @@ shared among the ranks). A run of layout L plans an epoch in three steps:
     --clip_batches, EpochShuffle--> the epoch's global plan --share_batches(rank of L)--> this rank's plan
 
 (``global_batches`` is the ngpu rule and, for evaluation, the merge of batches
-smaller than the ranks; see speechiter/iterator/view.py). Sharing batch by
+smaller than the ranks; see speechiter/plan/view.py). Sharing batch by
 batch commutes with the clip and the shuffle, so this is the plan a rank
 always ran. A state saves the base view's fingerprint and the layout of its
 epoch; the layout may change on resume, the base view may not.
@@ -31,7 +31,7 @@ from typing import Any, Dict, Optional
 
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
-from speechiter.iterator.view import BatchView
+from speechiter.plan.view import BatchView
 
 KEY_NGPU = "ngpu"
 KEY_WORLD_SIZE = "world_size"
