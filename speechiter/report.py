@@ -21,12 +21,12 @@ class IteratorStats:
         self.name = name
         self.total_batches = len(iterator.batches)
         self.batches_per_epoch = len(iterator)
-        self.sample_rate = getattr(iterator.dataset, "sample_rate", None)
-        self.data_roots = data_roots(getattr(iterator.dataset, "sources", {}))
+        datasets = iterator.datasets  # one, or a mix's corpora's: a rate or a frame shift counts if they share it
+        self.sample_rate = _shared(getattr(dataset, "sample_rate", None) for dataset in datasets)
+        self.data_roots = data_roots([files for dataset in datasets
+                                      for files in getattr(dataset, "sources", {}).values()])
         # seconds of audio per feature frame, for datasets that compute features (feat_conf)
-        extractor = getattr(iterator.dataset, "feat_extractor", None)
-        self.frame_s = (extractor.window_shift / extractor.sample_rate
-                        if extractor is not None and getattr(extractor, "sample_rate", None) else None)
+        self.frame_s = _shared(_frame_s(getattr(dataset, "feat_extractor", None)) for dataset in datasets)
         self.steps = 0
         self.utterances = 0
         self.real_frames = 0
@@ -137,11 +137,24 @@ class RunReport:
         return "\n".join(lines)
 
 
-def data_roots(sources: Dict[str, List[str]]) -> List[str]:
+def data_roots(main_files: List[List[str]]) -> List[str]:
     """The folders of an iterator's main_data files (absolute; URLs as given): where its data came from."""
     folders = {os.path.dirname(f if "://" in f else os.path.abspath(f))
-               for files in sources.values() for f in files if isinstance(f, str)}
+               for files in main_files for f in files if isinstance(f, str)}
     return sorted(folders)
+
+
+def _shared(values) -> Any:
+    """The one value all of ``values`` have, else None."""
+    found = set(values)
+    return found.pop() if len(found) == 1 else None
+
+
+def _frame_s(extractor) -> Optional[float]:
+    """Seconds of audio per frame of a feature extractor (None without one)."""
+    if extractor is None or not getattr(extractor, "sample_rate", None):
+        return None
+    return extractor.window_shift / extractor.sample_rate
 
 
 def _get(batch, key):

@@ -20,8 +20,8 @@ they wait for each other (a barrier) before writing, so that no rank
 overwrites a file another is still reading. A job killed before that first
 write and wait are done leaves files of two runs: both stand at or after the
 position the later run resumed from, and the later run's at it, so the
-earliest is still that position. States of versions 1 to 3 resume on the same
-ranks only: each rank reads its own file.
+earliest is still that position. States of versions 1 to 3 (no world size)
+resume on the same ranks only: each rank reads its own file.
 """
 import os
 from typing import Any, Dict, List, Optional, Tuple
@@ -29,9 +29,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from speechiter.build import flat_iterators
 from speechiter.dump import rank_path
 from speechiter.errors import ConfigError
-from speechiter.fingerprints import fingerprint
 from speechiter.group import policy_of
-from speechiter.state import ELASTIC_VERSION, STATE_VERSION, GroupState, RunState
+from speechiter.state import GroupState, RunState
+from speechiter.state_keys import CURRENT
+from speechiter.state_versions import read_run_state, run_configuration
 from speechiter.user_files import read_json, write_json_atomic
 
 WHERE = "--resume"
@@ -39,7 +40,7 @@ WHERE = "--resume"
 
 def read_state(path: str) -> RunState:
     """The run state in ``path``, checked (a ConfigError names the file or the bad key)."""
-    return RunState.from_dict(read_json(path, WHERE), WHERE)
+    return read_run_state(read_json(path, WHERE), WHERE)
 
 
 def saved_states(path: str, rank: int, distributed: bool) -> List[Tuple[str, RunState]]:
@@ -49,7 +50,7 @@ def saved_states(path: str, rank: int, distributed: bool) -> List[Tuple[str, Run
     first = rank_path(path, 0)
     states = [(first, read_state(first))]
     world_size = states[0][1].world_size
-    if states[0][1].version < ELASTIC_VERSION:
+    if world_size is None:  # a state before version 4: saved by a run of these ranks
         own = rank_path(path, rank)
         return [(own, read_state(own))] if rank else states
     for other in range(1, world_size):
@@ -70,16 +71,11 @@ def earliest(states: List[Tuple[str, RunState]]) -> Tuple[str, RunState]:
     return min(states, key=lambda item: (item[1].epoch, item[1].step))
 
 
-
-def run_configuration(iterators: Dict, legacy: bool) -> Tuple[str, Dict[str, Dict[str, Any]]]:
-    """A run's config fingerprint and ``{label: settings summary}`` of build_iterators()'s ``iterators``
-    (``legacy``: with the layout, as states of versions 1 to 3 hold them)."""
-    flat = list(flat_iterators(iterators))
-    # a mix has no plan of its own (and no legacy state): its fingerprint and summary cover its corpora
-    configs = {label: it.plan.fingerprint(legacy) if legacy else it.config_fingerprint for label, it in flat}
-    if "train" in iterators and policy_of(iterators["train"]) != "shortest":
-        configs["train.steps"] = policy_of(iterators["train"])  # shortest keeps the saved fingerprints
-    return fingerprint(configs), {label: it.plan.summary(legacy) if legacy else it.config_summary for label, it in flat}
+def configuration_of(iterators: Dict, scheme: str) -> Tuple[str, Dict[str, Dict[str, Any]]]:
+    """A run's config fingerprint and ``{label: settings summary}`` of build_iterators()'s ``iterators``, as a
+    state of ``scheme`` holds them (NOTE [ State versions ] in speechiter/state_versions.py)."""
+    policy = policy_of(iterators["train"]) if "train" in iterators else "shortest"
+    return run_configuration({label: it.configuration(scheme) for label, it in flat_iterators(iterators)}, policy)
 
 
 class StateFiles:
@@ -91,20 +87,20 @@ class StateFiles:
         self.iterators, self.seed, self.distributed = iterators, seed, distributed
         self.rank, self.world_size = rank, world_size
         self.path = rank_path(save_state, rank) if save_state and distributed else save_state
-        self.config, self.settings = run_configuration(iterators, legacy=False)
+        self.config, self.settings = configuration_of(iterators, CURRENT)
 
-    def state(self, train: GroupState, version: int = STATE_VERSION) -> RunState:
-        """The run's state with the train group at ``train`` (``version``: as a state of that version)."""
-        if version < ELASTIC_VERSION:
-            config, settings = run_configuration(self.iterators, legacy=True)
-            return RunState(self.seed, config, train, settings=settings, version=version)
+    def state(self, train: GroupState, scheme: str = CURRENT) -> RunState:
+        """The run's state with the train group at ``train`` (``scheme``: as an older state holds it)."""
+        if scheme != CURRENT:
+            config, settings = configuration_of(self.iterators, scheme)
+            return RunState(self.seed, config, train, settings=settings, scheme=scheme)
         return RunState(self.seed, self.config, train, settings=self.settings, world_size=self.world_size)
 
     def resume(self, path: str, train) -> Tuple[str, RunState]:
         """Put the train group (a GroupLoader) where the saving run stands; ``(file, state)`` it resumes from."""
         states = saved_states(path, self.rank, self.distributed)
         for source, saved in states:
-            saved.check_fits(self.state(train.state_at(saved.epoch, saved.step), saved.version), WHERE, source)
+            saved.check_fits(self.state(train.state_at(saved.epoch, saved.step), saved.scheme), WHERE, source)
         source, saved = earliest(states)
         train.load_state(saved.train, f"{WHERE} {source}: train")
         self._barrier()  # every rank has read the files before any writes

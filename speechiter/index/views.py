@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Optional, Tuple
 import numpy as np
 
 from speechiter.index import store
-from speechiter.plan.options import BatchPlan
+from speechiter.plan.options import BatchOptions
 from speechiter.plan.view import BatchView
 
 __all__ = ["planned_view"]
@@ -34,7 +34,7 @@ def _code_key(modules: Iterable[str]):
     return stats
 
 
-def _key(options: BatchPlan, sorted_ids, hook: Optional[str], code: Iterable[str]) -> Optional[dict]:
+def _key(options: BatchOptions, sorted_ids, hook: Optional[str], code: Iterable[str]) -> Optional[dict]:
     from speechiter import __version__
 
     digest = getattr(sorted_ids, "digest", None)
@@ -51,7 +51,7 @@ def _key(options: BatchPlan, sorted_ids, hook: Optional[str], code: Iterable[str
             "descending": options.descending, "evaluation": bool(options.evaluation)}
 
 
-def planned_view(options: BatchPlan, sorted_ids, make: Callable[[], Views], hook: Optional[str] = None,
+def planned_view(options: BatchOptions, sorted_ids, make: Callable[[], Views], hook: Optional[str] = None,
                  code: Iterable[str] = ()) -> Views:
     """``(this rank's view, the base view)``: ``make()``, or mapped from the cache when they are there (See
     NOTE [ Plan cache ] in speechiter/index/__init__.py). ``hook``: the qualified name of a cacheable

@@ -79,7 +79,7 @@ class BucketIterator(Iterator):
     def base_epoch_view(self, epoch: int) -> BatchView:
         """The batches of ``epoch``: the buckets reshuffled with (seed, epoch); the ngpu rule and the
         rank share then apply as for epoch 1 (see Iterator.epoch_view)."""
-        return self._base if epoch == 1 else self.buckets.compose(self.seed, epoch)
+        return super().base_epoch_view(epoch) if epoch == 1 else self.buckets.compose(self.seed, epoch)
 
 
 class Buckets:

@@ -166,7 +166,7 @@ def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_ou
     for key, files in dataset.sources.items():
         for file in files:
             _copy_idx2(file, index_out, packed.get(key), written)
-    plan = iterator.plan
+    plan = iterator.batch_options
     extra = [plan.data_len] if isinstance(plan.data_len, str) else list(plan.data_len or [])
     for files in (plan.group_info or {}).values():
         extra += [files] if isinstance(files, str) else list(files)

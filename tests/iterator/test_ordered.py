@@ -65,6 +65,6 @@ def test_epoch_plan_reads_the_rank_view_without_copying(tmp_path):
                              ngpu=2, rank=1, world_size=2, engine="inline")
     tasks = iterator.epoch_tasks(2, 1)
     plan = tasks.batches
-    assert isinstance(plan, OrderedView) and plan.base is iterator._view
+    assert isinstance(plan, OrderedView) and plan.base is iterator.planner.view
     assert [task.ids for task in tasks] == plan.base.gather(plan.order).tolist()[1:]
     assert plan._gathered is None

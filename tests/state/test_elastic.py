@@ -15,8 +15,10 @@ from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.bucket import BucketIterator
 from speechiter.plan.layout import Layout
-from speechiter.state import LoaderState, RunState
+from speechiter.state import RunState
 from speechiter.state_files import earliest, saved_states
+from speechiter.state_versions import LAYOUT
+from tests.state.old_forms import loader_state
 
 EPOCH = 2
 
@@ -91,7 +93,7 @@ def test_the_same_layout_is_todays_resume_bit_for_bit(text_corpus):
     state, plans = saved_at(text_corpus, 5, 2)
     loaders = resumed(text_corpus, state, 2)
     for plan, loader in zip(plans, loaders):
-        assert loader.iterator._continued is None
+        assert loader.iterator.planner.continued is None
         assert [task.ids for task in loader.tasks] == plan[5:]
 
 
@@ -135,8 +137,8 @@ def test_evaluation_shares_mark_their_repeats_as_padding(text_corpus):
 
 def test_a_version_3_state_loads_on_its_own_layout_only(text_corpus):
     saved = make(text_corpus, 1, 2)
-    legacy = LoaderState.of(saved, EPOCH, 4, version=3).to_dict()
-    assert "layout" not in legacy and legacy["config"] == saved.plan.fingerprint(legacy=True)
+    legacy = loader_state(saved, EPOCH, 4, version=3)
+    assert "layout" not in legacy and legacy["config"] == saved.configuration(LAYOUT)[0]
     same = make(text_corpus, 1, 2).build_loader()
     same.load_state_dict(legacy)
     assert [task.ids for task in same.tasks] == saved.epoch_batches(EPOCH)[4:]
@@ -211,7 +213,7 @@ def test_longest_refuses_a_layout_that_changes_an_epochs_length(text_corpus):
                                           r"of unsup on a layout that changes its length: \d+ batches under 1 rank, "
                                           r"ngpu 2, \d+ under 1 rank, ngpu 1$"):
         loader.load_state_dict(saved)
-    assert all(it._continued is None for it in loader.iterators.values())  # nothing is left half loaded
+    assert all(it.planner.continued is None for it in loader.iterators.values())  # nothing is left half loaded
     same_lengths = GroupLoader(group(2))
     same_lengths.load_state_dict(saved)
 

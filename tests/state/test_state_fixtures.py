@@ -22,13 +22,6 @@ REPO = Path(__file__).resolve().parents[2]
 #: version folder -> the single-process fixtures it holds
 VERSIONS = {"v2": ("block", "semi"), "v3": ("block", "semi", "mix"), "v3-9a54832": ("block", "semi"),
             "v4": ("block", "semi", "mix")}
-REFUSED = pytest.mark.xfail(strict=True, reason="refused today: loaded once the state versions have one door")
-
-
-def cases(values):
-    refused = [value for value in values if "v3-9a54832" in value or value == ("v3", "mix")]
-    return [pytest.param(*(value if isinstance(value, tuple) else (value,)), marks=REFUSED)
-            if value in refused else value for value in values]
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -67,7 +60,7 @@ def resumed_tail(root, tmp_path, recipe, state, *args):
     return code, full, rest
 
 
-@pytest.mark.parametrize("version, name", cases([(v, n) for v, names in VERSIONS.items() for n in names]))
+@pytest.mark.parametrize("version, name", [(v, n) for v, names in VERSIONS.items() for n in names])
 def test_a_saved_state_resumes_to_the_uninterrupted_runs_batches(root, tmp_path, capsys, version, name):
     state = FIXTURES / version / f"{name}.state.json"
     saved = json.loads(state.read_text())
@@ -80,7 +73,7 @@ def test_a_saved_state_resumes_to_the_uninterrupted_runs_batches(root, tmp_path,
 
 
 @pytest.mark.filterwarnings("ignore:train.*ngpu=1 but the world size is 2")
-@pytest.mark.parametrize("version", cases(["v2", "v3", "v3-9a54832"]))
+@pytest.mark.parametrize("version", ["v2", "v3", "v3-9a54832"])
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_rank_file_of_a_two_rank_run_resumes_on_that_rank(root, tmp_path, capsys, version, rank):
     """States before version 4 resume on the ranks that saved them: here each rank of the saving torchrun
