@@ -29,8 +29,9 @@ from typing import Any, Dict, List, Optional, Protocol, Union, runtime_checkable
 from speechiter.errors import ConfigError
 from speechiter.fingerprints import settings_differences
 from speechiter.plan.layout import Layout
-from speechiter.state_keys import (CURRENT, KEY_BATCHES, KEY_CONFIG, KEY_ITERATORS, KEY_LAYOUT, KEY_NAME, KEY_POLICY,
-                                   KEY_SEED, KEY_SOURCES, KEY_STEP, KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE, STATE_VERSION)
+from speechiter.state_keys import (CURRENT, KEY_BATCHES, KEY_CONFIG, KEY_EPOCH, KEY_GROUP, KEY_ITERATORS, KEY_LAYOUT,
+                                   KEY_MODE, KEY_NAME, KEY_POLICY, KEY_SEED, KEY_SETTINGS, KEY_SOURCES, KEY_STEP,
+                                   KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE, STATE_VERSION)
 
 __all__ = ["STATE_VERSION", "Stateful", "LoaderState", "MixState", "GroupState", "RunState", "check_step"]
 
@@ -85,9 +86,9 @@ def _check_same_setup(saved: "State", iterator, where: str) -> None:
 def _saved_form(state, version_fields: Dict[str, Any]) -> Dict[str, Any]:
     if state.scheme != CURRENT:
         raise ValueError(f"a state of scheme {state.scheme} is only read, never saved")
-    data = {KEY_VERSION: STATE_VERSION, KEY_NAME: state.iterator, "epoch": state.epoch, KEY_STEP: state.step,
+    data = {KEY_VERSION: STATE_VERSION, KEY_NAME: state.iterator, KEY_EPOCH: state.epoch, KEY_STEP: state.step,
             KEY_SEED: state.seed, KEY_CONFIG: state.config, KEY_VIEW: state.view, KEY_BATCHES: state.batches,
-            "settings": state.settings, KEY_LAYOUT: state.layout.to_dict()}
+            KEY_SETTINGS: state.settings, KEY_LAYOUT: state.layout.to_dict()}
     return {**data, **version_fields}
 
 
@@ -180,7 +181,7 @@ class GroupState:
     own_positions: bool = True
 
     def to_dict(self) -> Dict[str, Any]:
-        return {KEY_VERSION: STATE_VERSION, "epoch": self.epoch, KEY_STEP: self.step, KEY_POLICY: self.steps,
+        return {KEY_VERSION: STATE_VERSION, KEY_EPOCH: self.epoch, KEY_STEP: self.step, KEY_POLICY: self.steps,
                 KEY_ITERATORS: {name: state.to_dict() for name, state in self.iterators.items()}}
 
     def check_setup(self, policy: str, iterators: Dict[str, Any], where: str = "state") -> None:
@@ -233,13 +234,13 @@ class RunState:
     def to_dict(self) -> Dict[str, Any]:
         if self.scheme != CURRENT:
             raise ValueError(f"a state of scheme {self.scheme} is only read, never saved")
-        return {KEY_VERSION: STATE_VERSION, "mode": self.mode, KEY_SEED: self.seed, KEY_CONFIG: self.config,
-                "train": self.train.to_dict(), "settings": self.settings, KEY_WORLD_SIZE: self.world_size}
+        return {KEY_VERSION: STATE_VERSION, KEY_MODE: self.mode, KEY_SEED: self.seed, KEY_CONFIG: self.config,
+                KEY_GROUP: self.train.to_dict(), KEY_SETTINGS: self.settings, KEY_WORLD_SIZE: self.world_size}
 
     def check_fits(self, current: "RunState", where: str, source: str) -> None:
         """Raise a ConfigError unless ``current`` (this run, in this state's scheme) is the run that saved
         this state (its groups are checked by GroupState)."""
-        differences = _differences(self, current, {"mode": "mode", KEY_SEED: KEY_SEED, KEY_POLICY: KEY_POLICY,
+        differences = _differences(self, current, {KEY_MODE: KEY_MODE, KEY_SEED: KEY_SEED, KEY_POLICY: KEY_POLICY,
                                                    KEY_CONFIG: KEY_CONFIG})
         if differences:
             raise ConfigError(where, f"{source} was saved by a different run ({'; '.join(differences)})")

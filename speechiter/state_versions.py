@@ -34,9 +34,10 @@ from speechiter.fingerprints import batches_fingerprint, fingerprint, settings_s
 from speechiter.plan.layout import Layout
 from speechiter.plan.options import BatchOptions
 from speechiter.state import GroupState, LoaderState, MixState, RunState
-from speechiter.state_keys import (CURRENT, ELASTIC_VERSION, FLAT_RUN_KEYS, GROUP_KEYS, KEY_EPOCH, KEY_GROUP,
-                                   KEY_ITERATORS, KEY_LAYOUT, KEY_SETTINGS, KEY_SOURCES, KEY_STEP, KEY_VERSION,
-                                   KEY_WORLD_SIZE, LOADER_KEYS, RUN_KEYS, check_keys, check_settings)
+from speechiter.state_keys import (CURRENT, ELASTIC_VERSION, FLAT_RUN_KEYS, GROUP_KEYS, KEY_BATCHES, KEY_CONFIG,
+                                   KEY_EPOCH, KEY_GROUP, KEY_ITERATORS, KEY_LAYOUT, KEY_MODE, KEY_NAME, KEY_POLICY,
+                                   KEY_SEED, KEY_SETTINGS, KEY_SOURCES, KEY_STEP, KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE,
+                                   LOADER_KEYS, RUN_KEYS, check_keys, check_settings)
 
 LAYOUT, LAYOUT_FREE_3 = "layout", "layout-free 3"  # the schemes of older states (see NOTE [ State versions ])
 #: the options that versions 1 to 3 fingerprint, in their order (``evaluation`` only on several ranks)
@@ -110,8 +111,8 @@ def read_loader_state(data: Any, where: str = "state"):
                         elastic=(KEY_LAYOUT,))
     settings = check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}")
     layout = Layout.from_dict(fields[KEY_LAYOUT], f"{where}.{KEY_LAYOUT}") if KEY_LAYOUT in fields else None
-    common = dict(iterator=fields["iterator"], epoch=fields[KEY_EPOCH], step=fields[KEY_STEP], seed=fields["seed"],
-                  config=fields["config"], view=fields["view"], batches=fields["batches"], settings=settings,
+    common = dict(iterator=fields[KEY_NAME], epoch=fields[KEY_EPOCH], step=fields[KEY_STEP], seed=fields[KEY_SEED],
+                  config=fields[KEY_CONFIG], view=fields[KEY_VIEW], batches=fields[KEY_BATCHES], settings=settings,
                   layout=layout)
     if fields.get(KEY_SOURCES) is None:
         return LoaderState(**common, scheme=_scheme(fields))
@@ -135,7 +136,7 @@ def read_group_state(data: Any, where: str = "state") -> GroupState:
     """A saved group state, checked (before version 3, every iterator's state holds the group's position)."""
     fields = check_keys(data, GROUP_KEYS, where, "a group state", optional=())
     iterators = _loader_states(fields[KEY_ITERATORS], f"{where}.{KEY_ITERATORS}")
-    return GroupState(fields[KEY_EPOCH], fields[KEY_STEP], fields["steps"], iterators,
+    return GroupState(fields[KEY_EPOCH], fields[KEY_STEP], fields[KEY_POLICY], iterators,
                       own_positions=fields[KEY_VERSION] >= 3)
 
 
@@ -151,5 +152,5 @@ def read_run_state(data: Any, where: str = "state") -> RunState:
     settings = check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}", nested=True)
     schemes = {state.scheme for state in train.iterators.values()} or {CURRENT}
     scheme = schemes.pop() if fields[KEY_VERSION] >= 3 else LAYOUT
-    return RunState(fields["seed"], fields["config"], train, mode=fields["mode"], settings=settings,
+    return RunState(fields[KEY_SEED], fields[KEY_CONFIG], train, mode=fields[KEY_MODE], settings=settings,
                     world_size=fields.get(KEY_WORLD_SIZE), scheme=scheme)

@@ -170,9 +170,8 @@ class Iterator(Loadable):
 
     @property
     def batches(self) -> Sequence[List[str]]:
-        """The batching view (before clipping and shuffling). For a subclass
-        whose hook returns lists, a list made once from the view: assign
-        ``self.batches = ...`` to replace the view, in place edits are not seen."""
+        """The batching view (before clipping and shuffling). For a subclass whose hook returns lists, a list
+        made once from the view: assign ``self.batches = ...`` to replace the view, in place edits are not seen."""
         if is_vectorised(self):
             return self.planner.view
         if self._batch_lists is None:
@@ -186,11 +185,10 @@ class Iterator(Loadable):
 
     # --- the hooks -------------------------------------------------------------
     def budgets_longest(self, iter_conf: dict) -> bool:
-        """Hook: whether batching budgets each utterance at the longest it can
-        be once built (the dataset's ``max_batch_length_fn``, e.g. the slowest
-        speed perturbation) rather than its usual length (``batch_length_fn``).
-        True for rules that promise a hard bound (block ``never_exceed``,
-        bucket); ``iter_conf`` holds the iterator's options."""
+        """Hook: whether batching budgets each utterance at the longest it can be once built (the dataset's
+        ``max_batch_length_fn``, e.g. the slowest speed perturbation) rather than its usual length
+        (``batch_length_fn``). True for rules that promise a hard bound (block ``never_exceed``, bucket);
+        ``iter_conf`` holds the iterator's options."""
         return False
 
     @cacheable
@@ -199,12 +197,11 @@ class Iterator(Loadable):
                             batch_size: Optional[int] = None) -> Batches:
         """Hook: the batching view, a list of batches of ids.
 
-        A subclass's own hook gets ``data_index`` as a list of ids in sorted
-        order and ``data_len`` as a dict (or None), and returns a list of
-        non-empty lists of ids.
+        A subclass's own hook gets ``data_index`` as a list of ids in sorted order and ``data_len`` as a dict
+        (or None), and returns a list of non-empty lists of ids.
 
-        This one puts ``batch_size`` utterances in every batch (the last may
-        have fewer); the default batch_size is ngpu, one utterance per GPU.
+        This one puts ``batch_size`` utterances in every batch (the last may have fewer); the default
+        batch_size is ngpu, one utterance per GPU.
         """
         batch_size = self.ngpu if batch_size is None else check_int(batch_size, "batch_size")
         bounds = np.append(np.arange(0, len(data_index), batch_size), len(data_index))
@@ -213,18 +210,15 @@ class Iterator(Loadable):
     def base_epoch_view(self, epoch: int) -> BatchView:
         """Hook: batches_generate_fn's view of ``epoch``, before the ngpu rule and the rank share.
 
-        The same every epoch here; an iterator whose batches change per epoch
-        (bucket.BucketIterator) overrides it, deterministically in (seed, epoch)
-        and with the same number of batches every epoch.
+        The same every epoch here; an iterator whose batches change per epoch (bucket.BucketIterator)
+        overrides it, deterministically in (seed, epoch) and with the same number of batches every epoch.
         """
         return self.planner.base
 
     def epoch_view(self, epoch: int) -> Sequence[List[str]]:
-        """Hook: this rank's view of ``epoch`` (before clipping and shuffling), as :attr:`batches`.
-
-        A subclass with a list hook may override it instead of base_epoch_view
-        (its states then resume on the same layout only: NOTE [ Elastic resume ]).
-        """
+        """Hook: this rank's view of ``epoch`` (before clipping and shuffling), as :attr:`batches`. A subclass
+        with a list hook may override it instead of base_epoch_view (its states then resume on the same layout
+        only: NOTE [ Elastic resume ] in speechiter/plan/layout.py)."""
         view = self.planner.epoch_view(epoch)
         return view if is_vectorised(self) else view.tolist()
 
@@ -240,8 +234,8 @@ class Iterator(Loadable):
         return [self.dataset]
 
     def epoch_batches(self, epoch: int) -> Sequence[List[str]]:
-        """The epoch's full plan: the clipped, shuffled batching view (as
-        :attr:`batches`: lists for a subclass whose hook returns lists)."""
+        """The epoch's full plan: the clipped, shuffled batching view (as :attr:`batches`: lists for a
+        subclass whose hook returns lists)."""
         plan = self.planner.plan(epoch)
         return plan if is_vectorised(self) else plan.tolist()
 
@@ -269,9 +263,8 @@ class Iterator(Loadable):
         return Loader(self, epoch, start_step, prefetch_next=prefetch_next, stop_step=stop_step)
 
     def reader(self) -> DatasetReader:
-        """The reader factory the engine's workers build batches with: the
-        dataset, and the length file its audio is checked against (see
-        NOTE [ Length files are checked ] in speechiter/dataset/length_check.py)."""
+        """The reader factory the engine's workers build batches with: the dataset, and the length file its
+        audio is checked against (NOTE [ Length files are checked ] in speechiter/dataset/length_check.py)."""
         return DatasetReader(self.dataset, self._expected_lengths)
 
     def __repr__(self):

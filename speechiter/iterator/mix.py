@@ -94,6 +94,7 @@ class MixIterator(Loadable):
         self._settings = {"type": qualified_name(type(self)), "batches_per_epoch": self.batches_per_epoch,
                           "weights": {name: str(share) for name, share in shares.items()},
                           "schedule": SCHEDULE_VERSION}
+        self._digests: Dict[str, tuple] = {}  # scheme -> view_digest
         self.config_fingerprint, self.config_summary = self.configuration()
         self.data_len = None  # no lengths of its own: its batches come from corpora whose ids may repeat
         self.group_info = None  # each batch carries its own corpus's (see MixLoader)
@@ -129,7 +130,10 @@ class MixIterator(Loadable):
                                                   for name, it in self.iterators.items()})
 
     def view_digest(self, scheme: str = CURRENT):
-        return mix_view_digest({name: it.view_digest(scheme) for name, it in self.iterators.items()})
+        if scheme not in self._digests:
+            views = {name: iterator.view_digest(scheme) for name, iterator in self.iterators.items()}
+            self._digests[scheme] = mix_view_digest(views)
+        return self._digests[scheme]
 
     def state_at(self, epoch: int, step: int, scheme: str = CURRENT) -> MixState:
         config, settings = (self.config_fingerprint, self.config_summary) if scheme == CURRENT else \

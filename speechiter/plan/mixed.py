@@ -99,8 +99,8 @@ class MixPlanner:
 
     def continue_from(self, saved) -> "MixPlanner":
         """A planner whose corpora continue the epochs they were in (``saved.corpora``, a MixState's, checked
-        to name every corpus) on the layouts they were saved with; their own epochs must keep their length (the mix walks each corpus
-        through epochs of one length), else a ConfigError."""
+        to name every corpus) on the layouts they were saved with; their own epochs must keep their length
+        (the mix walks each corpus through epochs of one length), else a ConfigError."""
         planners = {}
         for name, planner in self.planners.items():
             state = saved.corpora[name]
