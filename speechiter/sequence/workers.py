@@ -197,7 +197,7 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
     if not die_with_parent(parent_pid):
         return
     # Ctrl-C goes to the whole process group: the main process handles it and
-    # ends the workers (see NOTE [ Shutdown order ] in pool_scheduler.py); workers stay quiet.
+    # ends the workers (see NOTE [ Shutdown order ] in scheduler.py); workers stay quiet.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it, whatever a forked parent handled
     if "torch" in sys.modules:
