@@ -135,6 +135,7 @@ def resolve_class(kind: str, name: str, path: str, base: Union[type, Tuple[type,
     """The class named by ``name`` (a YAML ``type`` / ``dataset_type``), a subclass of ``base`` (or of one
     of several: errors name the first).
 
+    ``name`` may also be the class itself (a data_cfg built in Python), which is only checked.
     ``kind`` is "iterator" or "dataset"; ``path`` is the YAML path used in errors;
     ``types`` and ``aliases`` replace BUILTIN_TYPES and ALIASES (tests point them elsewhere).
     """
@@ -142,6 +143,10 @@ def resolve_class(kind: str, name: str, path: str, base: Union[type, Tuple[type,
     aliases = ALIASES if aliases is None else aliases
     if kind not in types:
         raise ValueError(f"kind should be one of {sorted(types)}, got {kind!r}")
+    if inspect.isclass(name):
+        if not issubclass(name, base):
+            raise ConfigError(path, f"{_qualified(name)} is not a subclass of {_first(base)}")
+        return name
     if not isinstance(name, str) or "." not in name.strip(".") or any(not p for p in name.split(".")):
         raise ConfigError(path, f"expected file.Class (e.g. {_EXAMPLES.get(kind, 'file.Class')}), got {name!r}")
     builtin = types[kind].get(aliases.get(kind, {}).get(name, name))
@@ -180,6 +185,11 @@ def resolve_class(kind: str, name: str, path: str, base: Union[type, Tuple[type,
                             f"from sys.path{' or ' + searched if searched else ''}")
 
 
+def _first(base: Union[type, Tuple[type, ...]]) -> str:
+    """The base class an error names (the first of several)."""
+    return _qualified(base[0] if isinstance(base, tuple) else base)
+
+
 def _is_subclass(obj, base: Union[type, Tuple[type, ...]]) -> bool:
     return inspect.isclass(obj) and issubclass(obj, base)
 
@@ -190,7 +200,7 @@ def _checked(obj, name: str, path: str, base: Union[type, Tuple[type, ...]]) -> 
                           f"{getattr(obj, '__qualname__', name)}, which is not a class")
     if not issubclass(obj, base):
         raise ConfigError(path, f"{name} resolves to {_qualified(obj)}, which is not a subclass "
-                          f"of {_qualified(base[0] if isinstance(base, tuple) else base)}")
+                          f"of {_first(base)}")
     return obj
 
 

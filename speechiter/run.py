@@ -20,8 +20,10 @@ from speechiter.config import iterator_label, load_config
 from speechiter.dump import DumpWriter, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, group_steps
+from speechiter.io.storage import redact
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
+from speechiter.skips import one_line_warnings
 from speechiter.state import GroupState
 from speechiter.state_files import StateFiles
 from speechiter.user_files import check_output
@@ -43,6 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--start_method", choices=("fork", "spawn", "forkserver"),
                         help="how process workers start (default: forkserver, where the OS has it)")
     parser.add_argument("--out_type", default="cpu", help="cpu, cuda, cuda:N or null")
+    parser.add_argument("--no_hedge", action="store_true", help="never build a late batch again on an idle worker")
     parser.add_argument("--ngpu", type=int, help="make every batch divisible by ngpu (default: the exp_cfg's, else 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value (dotted key, YAML value); repeatable")
@@ -73,7 +76,7 @@ class CommandLineRun:
         self.args = args
         self.iterators = iterators
         self.rank, self.world_size = rank, world_size
-        self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers,
+        self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers, "hedge": not args.no_hedge,
                                  "thread_type": args.thread_type, "out_type": args.out_type, "seed": args.seed,
                                  "ngpu": args.ngpu, "distributed": args.distributed})
         self.report.rank, self.report.world_size = rank, world_size
@@ -134,6 +137,7 @@ class CommandLineRun:
         for name, (batches, utterances) in loader.skipped().items():
             self.report.add_skipped(iterator_label(group, set_name, name), batches, utterances)
         progress = _progress(len(loader), f"{label} epoch {epoch}", self.args.quiet)
+        loader.keep_empty = True  # a step that lost every row is dumped and counted (NOTE [ Empty steps ])
         started = time.perf_counter()
         try:
             for step_batches in loader:
@@ -189,8 +193,8 @@ def run(args) -> int:
     _apply_exp_settings(args, data_cfg.settings, mode)
     iterators = build_iterators(data_cfg, seed=args.seed, num_workers=explicit_workers, groups=groups,
                                 engine=args.engine, thread_type=args.thread_type, out_type=args.out_type,
-                                start_method=args.start_method,
-                                ngpu=args.ngpu, rank=rank, world_size=world_size)
+                                start_method=args.start_method, ngpu=args.ngpu, rank=rank, world_size=world_size,
+                                **({"hedge": False} if args.no_hedge else {}))
     run_ = CommandLineRun(args, iterators, rank, world_size)
     try:
         if args.plot and rank == 0:
@@ -244,7 +248,7 @@ def _init_distributed(args):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    with interrupts.installed():  # See NOTE [ Swallowed Ctrl-C ] in speechiter/interrupts.py
+    with interrupts.installed(), one_line_warnings():  # See NOTE [ Swallowed Ctrl-C ] in speechiter/interrupts.py
         return _main(args)
 
 
@@ -253,7 +257,7 @@ def _main(args) -> int:
         return run(args)
     except SpeechiterError as e:
         if args.debug:
-            traceback.print_exc()
+            _print_traceback()
         hint = "" if args.debug or e.exit_code == 2 else " (run with --debug for the traceback)"
         print(f"speechiter: error: {_summary(e)}{hint}", file=sys.stderr)
         return e.exit_code
@@ -262,7 +266,7 @@ def _main(args) -> int:
         return interrupts.exit_status(e)
     except SystemExit as e:  # sys.exit() in user code (a dataset hook ...): not the end of a finished run
         if args.debug:
-            traceback.print_exc()
+            _print_traceback()
         frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
         where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
         print(f"speechiter: error: sys.exit({e.code!r}) was called{where} before the run ended"
@@ -270,16 +274,21 @@ def _main(args) -> int:
         return 1
     except Exception as e:  # any other failure: exit 1, one line unless --debug
         if args.debug:
-            traceback.print_exc()
+            _print_traceback()
         print(f"speechiter: error: {type(e).__name__}: {_summary(e)}"
               + ("" if args.debug else " (run with --debug for the traceback)"), file=sys.stderr)
         return 1
 
 
 def _summary(error: BaseException) -> str:
-    """The error's message up to its first blank line (worker tracebacks follow), as one line."""
+    """The error's message up to its first blank line (worker tracebacks follow), as one line, without secrets."""
     text = str(error).strip().split("\n\n", 1)[0]
-    return " ".join(line.strip() for line in text.splitlines()) or type(error).__name__
+    return redact(" ".join(line.strip() for line in text.splitlines()) or type(error).__name__)
+
+
+def _print_traceback() -> None:
+    """--debug: the traceback, without secrets (a library's message may quote a URL's password)."""
+    print(redact(traceback.format_exc()), file=sys.stderr, end="")
 
 
 if __name__ == "__main__":
