@@ -18,7 +18,8 @@ same rule the readers use.
 ``wav``            the WAV header reader
 ``headers``        decoded lengths checked against WAV / FLAC headers
 ``remote``         audio at URLs: ranged WAV reads, libsndfile over fsspec
-``storage``        URLs through fsspec: filesystems, retries, redaction
+``storage``        URLs through fsspec: filesystems, retries
+``secrets``        secrets out of every message (redaction)
 ``embedded``       a file in a byte range (pack shard), decoded from memory
 ``coalesce``       a batch's byte ranges merged per object: one read each
 ``shards``         ranged reads of a pack shard, checked against shards.json
