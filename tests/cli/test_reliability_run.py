@@ -238,3 +238,63 @@ def test_a_resume_past_the_last_epoch_prints_no_empty_table(tmp_path, capsys, re
     code, out, err = run_main(capsys, recipe, "--resume", state, "--epochs", 1)
     assert code == 0 and out == ""
     assert err == f"speechiter: {state} is at epoch 2, past --epochs 1: nothing to run\n"
+
+
+# --- a mix's report and plot (item 7) ------------------------------------------------------------------
+
+
+def mix_recipe(tmp_path, make_corpus, weights, feat_conf=True):
+    """Two corpora in folders of their own mixed by ``weights``; log-mel features with ``feat_conf``."""
+    corpora = {"a": make_corpus(tmp_path / "a", num=8, max_sec=0.5), "b": make_corpus(tmp_path / "b", num=6, seed=1,
+                                                                                       max_sec=0.5)}
+    dataset_conf = {"feat_conf": {"n_mels": 40}} if feat_conf else {}
+    budget = 100 if feat_conf else 16000
+    train = {"type": "mix.MixIterator", "conf": {"batches_per_epoch": 6, "weights": weights, "iterators": {
+        name: entry(corpus, dataset_conf=dataset_conf, batch_len=budget) for name, corpus in corpora.items()}}}
+    return write_recipe(tmp_path / "mix.yaml", corpora["a"], train=train), corpora
+
+
+def test_a_mix_with_features_reports_its_audio_seconds(tmp_path, capsys, make_corpus):
+    cfg, corpora = mix_recipe(tmp_path, make_corpus, {"a": 0.5, "b": 0.5})
+    code, _, err = run_main(capsys, cfg, "--report", tmp_path / "report.json", "--dump_batches", tmp_path / "d.jsonl")
+    assert code == 0, err
+    lengths = {name: dict(line.split() for line in (corpus / "idx2wav_len").read_text().splitlines())
+               for name, corpus in corpora.items()}
+    records = [r for r in map(json.loads, (tmp_path / "d.jsonl").read_text().splitlines()) if r["group"] == "train"]
+    seconds = sum(int(lengths[r["source"]][uid]) / 16000 for r in records for uid in r["ids"])
+    train = json.loads((tmp_path / "report.json").read_text())["iterators"]["train"]
+    assert {r["source"] for r in records} == {"a", "b"}
+    assert train["audio_seconds"] == pytest.approx(seconds, abs=0.025 * train["utterances"])
+
+
+def test_a_weight_0_corpus_is_not_listed_under_the_train_data(tmp_path, capsys, make_corpus):
+    cfg, corpora = mix_recipe(tmp_path, make_corpus, {"a": 1, "b": 0}, feat_conf=False)
+    code, out, err = run_main(capsys, cfg)
+    assert code == 0, err
+    assert f"train data: {corpora['a']}\n" in out and str(corpora["b"]) not in out
+
+
+def test_a_mix_is_plotted_with_its_corpora_lengths_unit_and_budget(tmp_path, make_corpus, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import speechiter.plot as plot
+    cfg, _ = mix_recipe(tmp_path, make_corpus, {"a": 0.5, "b": 0.5})
+    drawn = []
+    real_draw = plot.draw
+    monkeypatch.setattr(plot, "draw", lambda batches, stats, title, unit, budget: drawn.append((unit, budget)) or
+                        real_draw(batches, stats, title, unit, budget))
+    iterators = build_iterators(load_config(str(cfg)), num_workers=0, groups=("train",))
+    try:
+        line = plot.plot_iterator(iterators["train"], tmp_path / "mix.png")
+    finally:
+        close_all(iterators)
+    assert line.startswith("6 batches, ") and "padding efficiency n/a" not in line
+    assert drawn == [("frames", 100)]  # feat_conf: the lengths count frames, not the samples of idx2wav_len
+
+
+def test_batch_sizes_without_lengths_are_drawn_with_the_axes_they_show():
+    pytest.importorskip("matplotlib")
+    from speechiter.plot import draw, summarize
+    batches = [["a", "b"], ["c"], ["d", "e", "f"]]
+    left, right = draw(batches, summarize(batches, None), "t").axes
+    assert (left.get_xlabel(), left.get_ylabel()) == ("utterances per batch", "batches")
+    assert (right.get_xlabel(), right.get_ylabel()) == ("batch (plan order)", "utterances")
