@@ -133,7 +133,7 @@ def _plan_ids(iterator) -> List[str]:
 def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_out: Optional[str] = None) -> dict:
     """Pack ``iterator``'s audio into ``out`` (see NOTE [ Pack layout ]);
     ``idx2_out``: where the idx2 files go (default ``out``). Returns
-    ``{"shards": n, "utterances": n, "bytes": n, "files": [idx2 names]}``."""
+    ``{"shards": n, "utterances": n, "bytes": n, "files": {idx2 name: rows}}``."""
     dataset = iterator.dataset
     shard_out, index_out = _Out(out), _Out(idx2_out or out)
     relative = shard_out.root == index_out.root and not is_url(shard_out.root)
@@ -162,7 +162,7 @@ def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_ou
     records = {name: shard_out.record(name) for name in shards.names}
     with shard_out.open(SHARDS_FILE) as f:
         f.write(json.dumps({"format": "speechiter-pack", "version": 1, "shards": records}, indent=1).encode())
-    written = []
+    written: Dict[str, int] = {}
     for key, files in dataset.sources.items():
         for file in files:
             _copy_idx2(file, index_out, packed.get(key), written)
@@ -176,7 +176,7 @@ def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_ou
             "bytes": sum(r["size"] for r in records.values()), "files": written}
 
 
-def _copy_idx2(file: str, out: _Out, values: Optional[Dict[str, str]], written: List[str]) -> None:
+def _copy_idx2(file: str, out: _Out, values: Optional[Dict[str, str]], written: Dict[str, int]) -> None:
     """``file`` into ``out`` under its own name: packed values replaced,
     other path values made absolute (``values`` None: copied as it is)."""
     name = os.path.basename(file)
@@ -185,7 +185,6 @@ def _copy_idx2(file: str, out: _Out, values: Optional[Dict[str, str]], written: 
     if name == "segments":
         raise DataError(f"{file}: Kaldi segments cannot be packed yet; import them first "
                         f"(python -m speechiter.importers.kaldi) and pack the idx2wav it writes")
-    written.append(name)
     if values is None:
         with open(file, "rb") as f:
             data = f.read()
@@ -201,6 +200,7 @@ def _copy_idx2(file: str, out: _Out, values: Optional[Dict[str, str]], written: 
         data = "".join(lines).encode("utf-8")
     with out.open(name) as f:
         f.write(data)
+    written[name] = data.count(b"\n") + (not data.endswith(b"\n") and bool(data))  # rows, as the importers count
 
 
 def shard_records(folder: str) -> Dict[str, dict]:
