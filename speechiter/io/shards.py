@@ -89,7 +89,7 @@ def shard_record(file: str) -> Optional[dict]:
         with _once(folder):  # the batches read ahead start together: one read of the table
             table = _tables.get(folder)
             if table is None:
-                table = _read_table(folder)
+                table = _read_table(folder, file)
                 with _lock:
                     _tables[folder] = table
     record = table.get(name)
@@ -112,7 +112,9 @@ def _once(key: str) -> threading.Lock:
         return _first_reads.setdefault(key, threading.Lock())
 
 
-def _read_table(folder: str) -> Dict[str, dict]:
+def _read_table(folder: str, of: Optional[str] = None) -> Dict[str, dict]:
+    """The shard table in ``folder`` ({} where there is none); a store that cannot be read is an error naming
+    ``of``, the object whose table it is (the user never wrote shards.json)."""
     path = f"{folder}/{SHARDS_FILE}" if is_url(folder) else os.path.join(folder, SHARDS_FILE)
     if is_url(path):
         fs = filesystem(path)
@@ -122,7 +124,7 @@ def _read_table(folder: str) -> Dict[str, dict]:
                 return fs.cat_file(path, start=0)  # a ranged GET: no HEAD for the size first
             except FileNotFoundError:
                 return None
-        text = call(path, get)
+        text = call(of or path, get, f"read {SHARDS_FILE} beside it (the shard table of a pack)")
     else:
         try:
             with open(path, "rb") as f:
