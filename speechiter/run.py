@@ -23,6 +23,7 @@ from speechiter.launch import Launcher, check_launch, init_distributed
 from speechiter.messages import one_line, warnings_as_lines
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
+from speechiter.sequence.limits import explain
 from speechiter.state import GroupState
 from speechiter.state_files import StateFiles
 from speechiter.user_files import check_output
@@ -275,8 +276,10 @@ def _main(args) -> int:
     except Exception as e:  # any other failure: exit 1, one line unless --debug
         if args.debug:
             traceback.print_exc()
-        print(f"speechiter: error: {type(e).__name__}: {one_line(e) or type(e).__name__}"
-              + ("" if args.debug else " (run with --debug for the traceback)"), file=sys.stderr)
+        error = explain(e)  # out of file descriptors anywhere: NOTE [ Machine limits ] in sequence/limits.py
+        what = one_line(error) if error is not e else f"{type(e).__name__}: {one_line(e) or type(e).__name__}"
+        print(f"speechiter: error: {what}" + ("" if args.debug else " (run with --debug for the traceback)"),
+              file=sys.stderr)
         return 1
 
 

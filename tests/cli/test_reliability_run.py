@@ -298,3 +298,19 @@ def test_batch_sizes_without_lengths_are_drawn_with_the_axes_they_show():
     left, right = draw(batches, summarize(batches, None), "t").axes
     assert (left.get_xlabel(), left.get_ylabel()) == ("utterances per batch", "batches")
     assert (right.get_xlabel(), right.get_ylabel()) == ("batch (plan order)", "utterances")
+
+
+def test_out_of_file_descriptors_anywhere_in_a_run_is_the_one_open_files_line(capsys, recipe, monkeypatch):
+    """Where the engine does not translate EMFILE itself (mmap dups a segment's descriptor), the command line
+    does (NOTE [ Machine limits ] in speechiter/sequence/limits.py)."""
+    import errno
+    import speechiter.run as run
+
+    def out_of_files(self):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(run.CommandLineRun, "train", out_of_files)
+    code, _, err = run_main(capsys, recipe)
+    assert code == 1 and len(err.splitlines()) == 1
+    assert err.startswith("speechiter: error: too many open files: a file could not be opened under the "
+                          "open-files limit of ") and "ulimit -n" in err and "OSError" not in err
