@@ -77,6 +77,10 @@ def _missing(path: str, distributed: bool) -> ConfigError:
 def saved_states(path: str, rank: int, distributed: bool) -> List[Tuple[str, RunState]]:
     """``[(file, state)]`` of the run that saved ``--resume path`` (see NOTE [ State files ])."""
     first = rank_path(path, 0) if distributed else path
+    if distributed and os.path.exists(first) and os.path.exists(path):
+        raise ConfigError(WHERE, f"both {path} (a run without --distributed) and {first} (a --distributed run) "
+                                 f"exist: resume from one by its own name (--resume {first} reads its run's other "
+                                 f"rank files too), and move the other aside")
     if not os.path.exists(first):
         if not distributed or not os.path.exists(path):
             raise _missing(path, distributed)

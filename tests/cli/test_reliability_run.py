@@ -12,6 +12,7 @@ import pytest
 from speechiter import build_iterators, load_config
 from speechiter.build import close_all
 from speechiter.dump import rank_path
+from speechiter.errors import ConfigError
 from speechiter.group import GroupLoader
 from speechiter.run import main
 from speechiter.state_files import StateFiles, earliest, saved_states
@@ -118,6 +119,11 @@ def test_under_distributed_a_state_saved_alone_or_a_rank_file_named_is_read(tmp_
     write_rank_states(recipe, tmp_path / "state.json", [4, 2, 3])
     source, state = earliest(saved_states(str(tmp_path / "state.rank2.json"), 0, True))
     assert source == str(tmp_path / "state.rank1.json") and state.step == 2
+    (tmp_path / "alone.json").rename(tmp_path / "state.json")  # which run is meant, state.json's or the ranks'?
+    with pytest.raises(ConfigError, match=r"^--resume: both .*/state.json \(a run without --distributed\) and "
+                                          r".*/state.rank0.json \(a --distributed run\) exist: resume from one by "
+                                          r"its own name"):
+        saved_states(str(tmp_path / "state.json"), 0, True)
 
 
 # --- the first state files of a run, temporaries (NOTE [ First state files ]) --------------------------
