@@ -59,7 +59,7 @@ from concurrent.futures import Future
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from speechiter.batch_context import current_batch
-from speechiter.io.coalesce import BYTES_MARK, start_batch_reads
+from speechiter.io.coalesce import is_ranged, start_batch_reads
 from speechiter.io.storage import is_url
 from speechiter.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
 
@@ -106,7 +106,7 @@ class _Started:
 def _start(column: Mapping[str, str], ids: Sequence[str], read: Callable[[str], object]) -> Optional[_Started]:
     """Start the reads of batch ``ids`` (None: its values are local files, told by the first)."""
     first = column[ids[0]]
-    if BYTES_MARK in first:
+    if is_ranged(first):
         return _Started(column, ids, read, byte_reads=start_batch_reads([column[uid] for uid in ids],
                                                                          _the_pool().submit))
     if not is_url(first):

@@ -5,6 +5,7 @@
     python -m speechiter.importers.webdataset SHARD... OUT_DIR   # WebDataset tars, indexed in place
     python -m speechiter.importers.shar SHAR_DIR OUT_DIR         # Lhotse Shar, indexed in place
     python -m speechiter.importers.nemo MANIFEST OUT_DIR         # NeMo tarred audio, indexed in place
+    python -m speechiter.importers.parquet FILE... OUT_DIR       # Parquet / HF datasets, indexed in place
 
 Each importer is a library module (``kaldi_dir``, with ``kaldi_recordings``
 for wav.scp, pipes and reco2dur; ``lhotse_manifests``) with a thin command

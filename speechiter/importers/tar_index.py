@@ -24,12 +24,11 @@ beside the idx2 files: a shard changed afterwards is an error naming it (NOTE [ 
 from __future__ import annotations
 
 import glob
-import io
 import json
 import os
 import re
 import tarfile
-from typing import Callable, Dict, Iterator, List, NamedTuple, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from speechiter.importers.command import Parser, run_main
 from speechiter.importers.utterance import InputError, Utterance, seconds_text
 from speechiter.importers.writer import write_corpus
 from speechiter.io.embedded import read_embedded
+from speechiter.io.pread_file import PreadFile
 from speechiter.io.shards import SHARDS_FILE
 from speechiter.io.source import ByteRange, Source
 from speechiter.io.storage import call, filesystem, is_url, read_range, redact
@@ -64,44 +64,19 @@ class Member(NamedTuple):
         return self.first + self.size - 1
 
 
-class TarShard(io.RawIOBase):
+class TarShard(PreadFile):
     """A tar shard (path or URL) as a seekable file read in windows, and its members.
 
     ``record``: its size and mtime_ns (local) or ETag (a store), as shards.json keeps them."""
 
     def __init__(self, name: str, base: str = "."):
-        super().__init__()
-        self.location, self.relative = shard_location(name, base)
-        self.where = redact(self.location)
-        self.record = _record(self.location, self.where)
-        self.size = self.record["size"]
-        self._pos, self._start, self._buffer = 0, 0, b""
+        location, relative = shard_location(name, base)
+        where = redact(location)
+        record = _record(location, where)
+        super().__init__(record["size"])
+        self.location, self.relative, self.where, self.record = location, relative, where, record
+        self._start, self._buffer = 0, b""
         self.reads = 0  # requests made (ranged GETs at a URL)
-
-    # -- the file object tarfile reads
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def tell(self):
-        return self._pos
-
-    def seek(self, pos, whence=io.SEEK_SET):
-        self._pos = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence] + pos
-        return self._pos
-
-    def read(self, n=-1):
-        n = self.size - self._pos if n is None or n < 0 else n
-        data = self.pread(self._pos, n)
-        self._pos += len(data)
-        return data
-
-    def readinto(self, buffer):
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
 
     def pread(self, pos: int, n: int) -> bytes:
         """Up to ``n`` bytes from ``pos`` (fewer at the end), from the window when it holds them."""
@@ -255,11 +230,13 @@ class Keys:
         self.seen[uid] = where
 
 
-def write_index(out_dir, utts: List[Utterance], shards: List[TarShard], absolute: bool = False) -> Dict[str, int]:
+def write_index(out_dir, utts: List[Utterance], shards: List[TarShard], absolute: bool = False,
+                extra: Optional[Dict[str, str]] = None, sample_rate: Optional[int] = None) -> Dict[str, int]:
     """idx2 files and ``shards.json`` into ``out_dir`` through the importers'
     writer (NOTE [ Whole imports ] in speechiter/importers/writer.py); a
     shard's key in shards.json has the form of its idx2wav values (a path
-    relative to ``out_dir``, or absolute, or a URL)."""
+    relative to ``out_dir``, or absolute, or a URL). ``extra`` and
+    ``sample_rate`` as for :func:`speechiter.importers.writer.write_corpus`."""
     table = {}
     for shard in shards:
         key = shard.location
@@ -267,7 +244,8 @@ def write_index(out_dir, utts: List[Utterance], shards: List[TarShard], absolute
             key = os.path.relpath(key, os.path.abspath(out_dir))
         table[key] = shard.record
     text = json.dumps({"format": "speechiter-shard-index", "version": 1, "shards": table}, indent=1) + "\n"
-    written = write_corpus(out_dir, utts, absolute, extra={SHARDS_FILE: text})
+    written = write_corpus(out_dir, utts, absolute, extra={**(extra or {}), SHARDS_FILE: text},
+                           sample_rate=sample_rate)
     written[SHARDS_FILE] = len(table)
     return written
 

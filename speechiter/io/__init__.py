@@ -7,7 +7,7 @@ same rule the readers use.
 =================  ==========================================================
 ``source``         a value as a :class:`~speechiter.io.source.Source`: file or
                    URL, chunk key (``pack.hdf5:utt``), time range (``#t=``),
-                   byte range (``#bytes=``)
+                   byte range (``#bytes=``), Parquet row (``#row=``)
 ``samples``        the sample-count rule (Lhotse's ``compute_num_samples``),
                    time ranges in samples, lengths after resampling
 ``read``           the entry points: ``read_feat`` (any value to float32
@@ -22,6 +22,9 @@ same rule the readers use.
 ``embedded``       a file in a byte range (pack shard), decoded from memory
 ``coalesce``       a batch's byte ranges merged per object: one read each
 ``shards``         ranged reads of a pack shard, checked against shards.json
+``parquet``        cells of Parquet files (``t.parquet:audio#row=7``), read
+                   with their row group once per batch
+``pread_file``     positional reads as a seekable file object
 ``url_file``       a URL as a file object; read errors kept, none lost in C
 ``arrays``         npy / npz / HDF5 entries and the HDF5 handle cache
 ``resample``       soxr resampling to an exact length

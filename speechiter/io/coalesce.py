@@ -20,6 +20,11 @@ names that utterance. A value whose slice is not all there (its range runs
 past the object's end) is read on its own, which raises the error naming it.
 
 A pack in plan order makes a block batch one contiguous range: one request.
+
+A cell of a Parquet file (``t.parquet:audio#row=7``) joins the batch's reads
+with the column chunk that holds it, unless the process keeps that chunk
+decoded; the first cell of a chunk decodes it for the others
+(:attr:`BatchReads.decoded`; NOTE [ Parquet cells ] in speechiter/io/parquet.py).
 """
 from __future__ import annotations
 
@@ -27,11 +32,12 @@ import bisect
 from concurrent.futures import Future
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
+from speechiter.io.parquet import chunk_range
 from speechiter.io.shards import read_bytes
-from speechiter.io.source import parse_source
+from speechiter.io.source import ROW_MARK, parse_source
 from speechiter.io.storage import is_url
 
-__all__ = ["LOCAL_GAP", "REMOTE_GAP", "Span", "merge_ranges", "BatchReads", "start_batch_reads"]
+__all__ = ["LOCAL_GAP", "REMOTE_GAP", "Span", "merge_ranges", "BatchReads", "is_ranged", "start_batch_reads"]
 
 LOCAL_GAP = 64 << 10
 REMOTE_GAP = 1 << 20
@@ -70,6 +76,7 @@ class BatchReads:
     """The merged reads of one batch, started on ``submit``; :meth:`get` slices them."""
 
     def __init__(self, spans: List[Span], submit: Callable[..., Future]):
+        self.decoded: Dict[tuple, object] = {}  # what a reader made of a read, kept for the batch's other values
         self.spans: Dict[str, Tuple[List[int], List[Span], List[Future]]] = {}
         for span in spans:
             firsts, kept, futures = self.spans.setdefault(span.file, ([], [], []))
@@ -99,16 +106,24 @@ class BatchReads:
                 future.cancel()
 
 
+def is_ranged(value: str) -> bool:
+    """Whether a value is read through a batch's coalesced reads: a byte range or a Parquet cell."""
+    return BYTES_MARK in value or ROW_MARK in value
+
+
 def start_batch_reads(values: Iterable[str], submit: Callable[..., Future]) -> Optional[BatchReads]:
-    """Start the merged reads of the byte-range ``values`` (others are left
-    out); None when there are none. A value that does not parse is left to its
+    """Start the merged reads of the byte-range and Parquet-cell ``values``
+    (others are left out); None when there are none. A value that does not parse is left to its
     own read, which raises the error naming its utterance."""
     ranges = []
     for value in values:
-        if BYTES_MARK not in value:
+        if not is_ranged(value):
             continue
         try:
             source = parse_source(value)
+            chunk = chunk_range(value) if source.row is not None else None
+            if chunk is not None:
+                ranges.append(chunk)
         except Exception:  # noqa: BLE001 - raised again, in order, when the value is read
             continue
         if source.byte_range is not None:

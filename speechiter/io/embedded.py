@@ -27,7 +27,7 @@ from speechiter.io.source import Source
 from speechiter.io.storage import redact
 from speechiter.io.wav import decode_pcm, read_wav_header
 
-__all__ = ["range_bytes", "read_embedded", "embedded_info"]
+__all__ = ["range_bytes", "read_embedded", "decode_embedded", "embedded_info", "bytes_info"]
 
 _NPY_MAGIC = b"\x93NUMPY"
 
@@ -43,8 +43,11 @@ def range_bytes(source: Source) -> bytes:
 def read_embedded(source: Source, select: Optional[Select]) -> Tuple[np.ndarray, Optional[int]]:
     """``(float32 (T, C), sample_rate)`` of the audio in ``source``'s byte range
     (``select``: the frames of a time range), or ``(array, None)`` for a ``.npy``."""
-    where = redact(source.entry)
-    data = range_bytes(source)
+    return decode_embedded(range_bytes(source), select, redact(source.entry))
+
+
+def decode_embedded(data: bytes, select: Optional[Select], where: str) -> Tuple[np.ndarray, Optional[int]]:
+    """:func:`read_embedded` of a file held in ``data`` (``where`` names it in errors)."""
     if data[:6] == _NPY_MAGIC:
         if select is not None:
             raise DataError(f"{where}: a #t= time range needs a sample rate, and npy files store none")
@@ -83,8 +86,11 @@ def _load_npy(data: bytes, where: str) -> np.ndarray:
 
 def embedded_info(source: Source) -> Tuple[int, Optional[int]]:
     """``(num_frames, sample_rate or None)`` of what ``source``'s byte range holds, from its header."""
-    where = redact(source.entry)
-    data = range_bytes(source)
+    return bytes_info(range_bytes(source), redact(source.entry))
+
+
+def bytes_info(data: bytes, where: str) -> Tuple[int, Optional[int]]:
+    """:func:`embedded_info` of a file held in ``data``."""
     if data[:6] == _NPY_MAGIC:
         return int(_load_npy(data, where).shape[0]), None
     try:

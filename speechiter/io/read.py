@@ -18,6 +18,7 @@ from speechiter.errors import DataError
 from speechiter.io.arrays import array_num_frames, is_array_file, is_hdf5_file, read_array
 from speechiter.io.audio import audio_info, range_select, read_audio
 from speechiter.io.embedded import embedded_info, read_embedded
+from speechiter.io.parquet import cell_info, is_parquet_file, read_cell
 from speechiter.io.pcm import to_float32_2d
 from speechiter.io.piped import piped_info, read_piped
 from speechiter.io.resample import resample
@@ -48,6 +49,8 @@ def read_feat(value: str, sample_rate: Optional[int] = None, allow_commands: boo
     - any of these but HDF5 / npz in a byte range ``#bytes=<first>-<last>`` of
       a bigger object, a pack shard (see NOTE [ Byte-range values ] in
       speechiter/io/source.py), decoded from memory;
+    - audio in a cell of a Parquet file, ``file.parquet:<column>#row=<n>``
+      (see NOTE [ Parquet cells ] in speechiter/io/parquet.py);
     - URLs (``s3://``, ``gs://``, ``http(s)://``) for any of these, read
       through fsspec (see :mod:`speechiter.io.storage`);
     - Kaldi piped commands (``flac -c -d -s a.flac |``, ``sox ... |``,
@@ -70,11 +73,13 @@ def read_feat(value: str, sample_rate: Optional[int] = None, allow_commands: boo
         return x if sample_rate is None or int(rate) == int(sample_rate) else resample(x, rate, sample_rate)
     check_data_file(source.file)
     if source.byte_range is not None or not is_array_file(source.file):
-        if source.byte_range is None:
+        select = None if source.time_range is None else range_select(source.time_range, redact(source.entry))
+        if source.row is not None or (source.byte_range is None and is_parquet_file(source.file)):
+            x, rate = read_cell(source, select)
+        elif source.byte_range is None:
             x, rate = read_audio(source.file, source.time_range)
         else:  # audio (or a .npy: no rate) from memory
-            x, rate = read_embedded(source, None if source.time_range is None
-                                    else range_select(source.time_range, redact(source.entry)))
+            x, rate = read_embedded(source, select)
         if rate is not None and sample_rate is not None and int(rate) != int(sample_rate):
             x = resample(x, rate, sample_rate)
         return x
@@ -101,6 +106,8 @@ def data_num_frames(value: str, allow_commands: bool = False) -> Tuple[int, Opti
         frames, rate = piped_info(source.pipe, allow_commands)
     elif source.byte_range is not None:
         frames, rate = embedded_info(source)
+    elif source.row is not None or is_parquet_file(source.file):
+        frames, rate = cell_info(source)
     elif is_array_file(source.file):
         frames, rate = array_num_frames(source.file, source.key)
     else:

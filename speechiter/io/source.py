@@ -4,6 +4,7 @@
     parse_source("s3://b/rec1.wav#t=1.5,2")    Source(file="s3://b/rec1.wav", time_range=TimeRange(1.5, 2.0))
     parse_source("pack.hdf5:utt1#t=0.5")       Source(file="pack.hdf5", key="utt1", time_range=TimeRange(0.5, None))
     parse_source("s3://b/p.pack#bytes=0-99")   Source(file="s3://b/p.pack", byte_range=ByteRange(0, 99))
+    parse_source("d/t.parquet:audio#row=7")    Source(file="d/t.parquet", key="audio", row=7)
     parse_source("flac -c -d -s a.flac |")     Source(file="a.flac", pipe=Pipe(...))
 
 The value is resolved already (see :func:`speechiter.paths.resolve_data_path`).
@@ -34,6 +35,10 @@ The bytes are read (one ranged read, or a slice of a batch's coalesced read,
 see speechiter/io/coalesce.py) and decoded from memory
 (speechiter/io/embedded.py). The kind is told by the bytes, not the name.
 
+A value may name a cell of a Parquet file, its column as a chunk key and its
+row (from 0, in the file) as ``#row=``: ``train-00000.parquet:audio#row=17``
+(NOTE [ Parquet cells ] in speechiter/io/parquet.py).
+
 A value that ends in ``|`` (optionally followed by a time range) is a Kaldi
 piped command, ``sox rec1.wav -t wav -r 8000 - |#t=1.5,2``: its source has a
 ``pipe`` (NOTE [ Piped values ] in speechiter/io/pipes.py) and ``file`` is
@@ -49,13 +54,15 @@ from speechiter.errors import DataError
 from speechiter.io.pipes import Pipe, parse_pipe, split_piped_value
 from speechiter.io.storage import is_url
 
-__all__ = ["NPT", "TimeRange", "ByteRange", "Source", "parse_source", "split_time_range", "split_byte_range",
-           "split_chunk_key"]
+__all__ = ["NPT", "ROW_MARK", "TimeRange", "ByteRange", "Source", "parse_source", "split_time_range",
+           "split_byte_range", "split_row", "split_chunk_key"]
 
 NPT = r"[0-9]+(?:\.[0-9]*)?"  # Media Fragments npt-sec (no hh:mm:ss)
 _FRAGMENT_RE = re.compile(rf"#t=(?:npt:)?({NPT})(?:,({NPT}))?$")
 _BYTES_RE = re.compile(r"#bytes=([0-9]+)-([0-9]+)$")
-_CHUNK_RE = re.compile(r"^(.*?\.(?:hdf5|h5|npz)):(.+)$", re.IGNORECASE)
+ROW_MARK = "#row="
+_ROW_RE = re.compile(r"#row=([0-9]+)$")
+_CHUNK_RE = re.compile(r"^(.*?\.(?:hdf5|h5|npz|parquet)):(.+)$", re.IGNORECASE)
 
 
 class TimeRange(NamedTuple):
@@ -83,6 +90,7 @@ class Source(NamedTuple):
     time_range: Optional[TimeRange] = None  # None: all of it
     byte_range: Optional[ByteRange] = None  # an encoded file inside ``file``; See NOTE [ Byte-range values ]
     pipe: Optional[Pipe] = None  # a piped command's output
+    row: Optional[int] = None  # a Parquet file's row (``key`` its column); See NOTE [ Parquet cells ] in io/parquet.py
 
     @property
     def is_url(self) -> bool:
@@ -90,8 +98,10 @@ class Source(NamedTuple):
 
     @property
     def entry(self) -> str:
-        """The value without its time range: ``file``, ``file:key`` or ``file#bytes=a-b``."""
+        """The value without its time range: ``file``, ``file:key``, ``file#bytes=a-b`` or ``file:key#row=n``."""
         entry = self.file if self.key is None else f"{self.file}:{self.key}"
+        if self.row is not None:
+            entry = f"{entry}{ROW_MARK}{self.row}"
         return entry if self.byte_range is None else f"{entry}{self.byte_range}"
 
 
@@ -104,10 +114,13 @@ def parse_source(value: str) -> Source:
         time_range = split_time_range(f"{command}{suffix}")[1] if suffix else None
         pipe = parse_pipe(command)
         return Source(pipe.file if pipe.native else pipe.command, time_range=time_range, pipe=pipe)
-    value, time_range = split_time_range(value)
-    value, byte_range = split_byte_range(value)
-    file, key = split_chunk_key(value)
-    return Source(file, key, time_range, byte_range)
+    rest, time_range = split_time_range(value)
+    rest, byte_range = split_byte_range(rest)
+    rest, row = split_row(rest)
+    if row is not None and byte_range is not None:
+        raise DataError(f"{value}: a value names a byte range or a Parquet row, not both")
+    file, key = split_chunk_key(rest)
+    return Source(file, key, time_range, byte_range, row=row)
 
 
 def split_time_range(value: str) -> Tuple[str, Optional[TimeRange]]:
@@ -133,6 +146,15 @@ def split_byte_range(value: str) -> Tuple[str, Optional[ByteRange]]:
     if last < first:
         raise DataError(f"{value}: the byte range ends at byte {last}, before its first byte ({first})")
     return value[:match.start()], ByteRange(first, last)
+
+
+def split_row(value: str) -> Tuple[str, Optional[int]]:
+    """``"t.parquet:audio#row=7"`` -> ``("t.parquet:audio", 7)``; a value with no
+    ``#row=`` suffix -> ``(value, None)``."""
+    match = _ROW_RE.search(value)
+    if match is None:
+        return value, None
+    return value[:match.start()], int(match.group(1))
 
 
 def split_chunk_key(value: Union[str, os.PathLike]) -> Tuple[str, Optional[str]]:

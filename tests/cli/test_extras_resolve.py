@@ -1,7 +1,8 @@
 """Every documented combination of extras resolves with the package index as it is today.
 
 README's install line (``pip install torch==2.13.0 && pip install -e '.[test,plot]'``), then each other
-extra added after it (``pip install -e '.[s3]'``, ``[lhotse]``, ``[tts]``, ``[g2p]``), and all of them at once.
+extra added after it (``pip install -e '.[s3]'``, ``[lhotse]``, ``[tts]``, ``[g2p]``, ``[parquet]``), and all of
+them at once.
 
 A real install of each combination takes minutes (torch alone is 750 MB), so this checks pip's resolution
 (``pip install --dry-run --ignore-installed --report``: nothing is installed, the installed packages are
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.slow  # asks the package index (once a day): about a mi
 
 REPO = Path(__file__).resolve().parents[2]
 README_LINE = "test,plot"
-ADDED_AFTER = ("s3", "lhotse", "tts", "g2p")
+ADDED_AFTER = ("s3", "lhotse", "tts", "g2p", "parquet")
 ALL = ",".join((README_LINE, *ADDED_AFTER))
 TORCH = "torch==2.13.0"
 
