@@ -67,9 +67,14 @@ BUDGET_SECONDS = (1.0, 600.0)
 
 
 def yaml_blocks(path: Path):
-    text = path.read_text()
+    """``(name, text)`` of each YAML block, named by its document and section: ``handbook.md#augmentation``."""
+    text, seen = path.read_text(), {}
     for match in re.finditer(r"```ya?ml\n(.*?)```", text, re.S):
-        yield f"{path.name}:{text[:match.start()].count(chr(10)) + 1}", match.group(1)
+        prose = re.sub(r"```.*?```", "", text[:match.start()], flags=re.S)  # a `# comment` in code is no heading
+        heading = re.findall(r"^#+ (.+)$", prose, re.M)[-1:] or ["top"]
+        name = f"{path.name}#{re.sub(r'[^a-z0-9]+', '-', heading[0].lower()).strip('-')}"
+        seen[name] = seen.get(name, 0) + 1
+        yield name + (f"-{seen[name]}" if seen[name] > 1 else ""), match.group(1)
 
 
 RECIPE_BLOCKS = [(name, text) for doc in ("README.md", "handbook.md") for name, text in yaml_blocks(REPO / doc)
@@ -175,7 +180,7 @@ def test_every_documented_recipe_runs_as_written_with_sensible_batches(world, na
     folder, places = world
     for placeholder, path in places.items():
         text = text.replace(placeholder, str(path))
-    recipe = folder / f"{name.replace('.', '_').replace(':', '_')}.yaml"
+    recipe = folder / f"{re.sub(r'[^A-Za-z0-9]+', '_', name)}.yaml"
     recipe.write_text(text)
     my_lab(folder, text, name)
     monkeypatch.chdir(folder.parent.parent)  # not the repository: paths resolve against the recipe's folder
@@ -191,4 +196,4 @@ def test_every_shipped_recipe_runs_with_sensible_batches(recipe, demo_root, tmp_
 
 def test_the_documents_have_recipes_to_run():
     assert len(RECIPE_BLOCKS) >= 8 and len(SHIPPED) >= 4
-    assert any(name.startswith("README.md:") for name, _ in RECIPE_BLOCKS)
+    assert any(name.startswith("README.md#") for name, _ in RECIPE_BLOCKS)
