@@ -5,6 +5,7 @@ import pytest
 from speechiter.errors import DataError
 
 
+@pytest.mark.slow  # s3fs and botocore, and a connection refused after their own tries
 @pytest.mark.parametrize("endpoint", [None, "http://127.0.0.1:9"], ids=["no-endpoint", "closed-port"])
 def test_an_unreachable_store_names_the_shard_not_its_table(monkeypatch, fresh_storage, endpoint):
     pytest.importorskip("s3fs")
