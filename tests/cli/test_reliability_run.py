@@ -320,3 +320,30 @@ def test_out_of_file_descriptors_anywhere_in_a_run_is_the_one_open_files_line(ca
     assert code == 1 and len(err.splitlines()) == 1
     assert err.startswith("speechiter: error: too many open files: a file could not be opened under the "
                           "open-files limit of ") and "ulimit -n" in err and "OSError" not in err
+
+
+WARNING_DATASET = '''
+import warnings
+
+from speechiter.dataset.speech_text import SpeechTextDataset
+
+
+class Warns(SpeechTextDataset):
+    def extract_main_data_fn(self, main_data):
+        warnings.warn("a worker's own warning")
+        return super().extract_main_data_fn(main_data)
+'''
+
+
+@pytest.mark.slow  # process workers
+@pytest.mark.timeout(120)
+def test_a_warning_in_a_loading_worker_process_is_one_line_too(tmp_path, capfd, recipe):
+    corpus = Path(str(recipe)).parent / "corpus"
+    (tmp_path / "warner.py").write_text(WARNING_DATASET)
+    train = entry(corpus, "abs.Iterator", dataset_type="warner.Warns", batch_size=12)
+    cfg = write_recipe(tmp_path / "recipe.yaml", corpus, train=train)
+    capfd.readouterr()
+    assert main(["--data_cfg", str(cfg), "--quiet", "--num_workers", "1", "--epochs", "1"]) == 0
+    err = capfd.readouterr().err
+    assert "speechiter: warning: a worker's own warning\n" in err
+    assert "warnings.warn" not in err and "UserWarning" not in err, err
