@@ -102,10 +102,12 @@ def saved_states(path: str, rank: int, distributed: bool) -> List[Tuple[str, Run
     for other in range(state.world_size):
         source = rank_path(base, other)
         saved = state if other == index else _read_rank_file(source, first, state.world_size)
-        if saved.version < ELASTIC_VERSION or saved.world_size <= other:
-            run = f"a run of {saved.world_size} ranks" if saved.world_size else f"a version {saved.version} state"
-            raise ConfigError(WHERE, f"{source} was saved by {run}, which has no rank {other}: not a state file of "
-                                     f"the run that wrote {first}")
+        if saved.version < ELASTIC_VERSION:
+            raise ConfigError(WHERE, f"{source} is a state of version {saved.version}, {first} of version "
+                                     f"{state.version}: not the files of one run")
+        if saved.world_size <= other:
+            raise ConfigError(WHERE, f"{source} was saved by a run of {saved.world_size} ranks, which has no rank "
+                                     f"{other}: not a state file of the run that wrote {first}")
         states.append((source, saved))
     return states
 

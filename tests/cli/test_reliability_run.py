@@ -79,6 +79,8 @@ def test_a_rank_file_resumed_alone_continues_from_the_earliest_rank(tmp_path, ca
     ("no-such-rank", "state.rank7.json was saved by a run of 4 ranks, which has no rank 7"),
     ("other-run", "state.rank3.json was saved by a different run (seed: saved 5, now 0)"),
     ("truncated", "cannot read state file {tmp}/state.rank1.json: it ends early (truncated?)"),
+    ("old-version", "state.rank2.json is a state of version 3, {tmp}/state.rank0.json of version 4: not the files "
+                    "of one run"),
 ])
 def test_state_files_that_are_not_one_run_are_one_error_line(tmp_path, capsys, recipe, case, message):
     path = tmp_path / "state.json"
@@ -93,6 +95,10 @@ def test_state_files_that_are_not_one_run_are_one_error_line(tmp_path, capsys, r
     elif case == "other-run":
         write_rank_states(recipe, tmp_path / "other.json", [3, 3, 3, 1], seed=5)
         (tmp_path / "other.rank3.json").rename(tmp_path / "state.rank3.json")
+    elif case == "old-version":
+        state = json.loads((tmp_path / "state.rank2.json").read_text())
+        del state["world_size"]
+        (tmp_path / "state.rank2.json").write_text(json.dumps(dict(state, version=3)))
     else:
         text = (tmp_path / "state.rank1.json").read_text()
         (tmp_path / "state.rank1.json").write_text(text[:len(text) // 2])
