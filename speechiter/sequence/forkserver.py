@@ -51,6 +51,7 @@ SUPPORTED = (3, 10) <= sys.version_info[:2] <= (3, 13)
 # See NOTE [ Waiting for the fork server ].
 POLL_S = 0.25
 STOPPED_S = 2.0
+SETTLE_S = 0.5  # how long a dying server may take to leave /proc
 START_TIMEOUT_S = 120.0
 
 
@@ -156,10 +157,16 @@ def _server_state():
     return None if stat[0] in ("Z", "X") else stat[0]
 
 
-def server_note() -> str:
+def server_note(settle: bool = False) -> str:
     """``"; its fork server (pid N) is stopped"`` (or gone) when this process's fork server cannot report
-    its workers' ends, else ``""`` (NOTE [ Waiting for the fork server ])."""
+    its workers' ends, else ``""`` (NOTE [ Waiting for the fork server ]). ``settle``: the server may be
+    dying (a worker's end read as exit code 255: its pipe closed with no status), so look again for up to
+    ``SETTLE_S``."""
     state = _server_state() if _server_pid() is not None else "?"
+    deadline = time.monotonic() + (SETTLE_S if settle else 0)
+    while state not in (None, "T", "t", "?") and time.monotonic() < deadline:
+        time.sleep(0.01)
+        state = _server_state()
     if state is None:
         return f"; the fork server that started it (pid {_server_pid()}) is gone (killed?), and its workers with it"
     if state in ("T", "t"):

@@ -58,7 +58,7 @@ class ProcPool:
         check_open_files(num_workers)  # NOTE [ Machine limits ] in limits.py
         ctx, factory = worker_start(factory, start_method)
         forked = ctx.get_start_method() == "fork"
-        self._server_note = server_note if ctx.get_start_method() == "forkserver" else lambda: ""
+        self._server_note = server_note if ctx.get_start_method() == "forkserver" else lambda settle=False: ""
         # A worker checks on the process that started it: this one, or the fork server (lifeline.py).
         parent_pid = os.getpid() if ctx.get_start_method() != "forkserver" else None
         self._task_pipes, self._readers, self._procs = [], [], []
@@ -125,7 +125,8 @@ class ProcPool:
                 self._open.remove(obj)
                 if self._procs[wid].exitcode == UNGUARDED_MAIN_EXIT:
                     raise RuntimeError(UNGUARDED_MAIN)
-                dead.append((wid, describe_exit(self._procs[wid].exitcode) + self._server_note()))
+                exitcode = self._procs[wid].exitcode  # 255: its server closed the pipe with no status
+                dead.append((wid, describe_exit(exitcode) + self._server_note(exitcode == 255)))
         for wid in closed:  # See NOTE [ Waiting for the fork server ] in forkserver.py
             proc = self._procs[wid]
             if proc.sentinel in self._open and not proc.join(_REAP_S) and proc.exitcode is None and ended(proc.pid):
