@@ -8,6 +8,7 @@ hooks (with a did-you-mean), checks that the declared files exist, and reports
 every error with its YAML path.
 """
 import contextlib
+import dataclasses
 import inspect
 import os
 import sys
@@ -24,19 +25,23 @@ from speechiter.registry import check_keywords, resolve_class
 
 # Iterator parameters the run supplies; a data_cfg conf may still set them.
 RUN_SETTINGS = ("seed", "ngpu", "num_workers", "pin_memory", "distributed", "rank", "world_size", "engine",
-                "thread_type", "out_type", "buffer", "start_method")
+                "thread_type", "out_type", "buffer", "start_method", "hedge")
 
 
 def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[int] = None, groups=None,
-                    **settings) -> Dict[str, Any]:
-    """Build every iterator of ``data_cfg`` (from :func:`speechiter.load_config`).
+                    root=None, **settings) -> Dict[str, Any]:
+    """Build every iterator of ``data_cfg`` (from :func:`speechiter.load_config`, or a dict made in Python,
+    whose ``type`` and ``dataset_type`` may be the classes themselves).
 
     Returns ``{"train": Iterator | {name: Iterator}, "valid": ..., "test": {set: Iterator | {name: Iterator}}}``
     for the groups present (or those named in ``groups``); named iterators come as an
     :class:`speechiter.group.IteratorGroup` (a dict with the group's ``steps`` policy). valid and test
     iterators are built with ``evaluation=True`` (see Iterator). ``settings`` are
     further Iterator arguments for every iterator: ngpu, engine, thread_type, start_method,
-    out_type, buffer, distributed, rank, world_size, pin_memory.
+    out_type, buffer, hedge, distributed, rank, world_size, pin_memory.
+
+    ``root``: the folder that relative paths are resolved against, as a recipe's are against its YAML
+    file's folder (default: that folder for a loaded recipe, the current folder for a dict).
 
     ``seed``, ``num_workers`` and ``ngpu`` left out come from the exp_cfg's top level
     (``DataConfig.settings``: seed, ngpu, ``<group>_num_workers`` or num_workers), else 0, 1 and 1.
@@ -45,7 +50,8 @@ def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[
     if unknown:
         raise TypeError(f"build_iterators() got unexpected settings {', '.join(unknown)}; "
                         f"accepted: {', '.join(RUN_SETTINGS)}")
-    paths = recipe_paths(data_cfg)
+    paths = recipe_paths(data_cfg) if root is None else \
+        dataclasses.replace(PathPolicy.from_environment(root), folder_name="the root folder")
     exp = getattr(data_cfg, "settings", {})
     seed = exp.get("seed", 0) if seed is None else seed
     if "ngpu" in exp:
@@ -127,7 +133,7 @@ def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy, found_here: Opti
     if "dataset_type" not in conf:
         raise ConfigError(f"{conf_path}.dataset_type", "missing; every iterator needs dataset_type: file.Class "
                                                        "(e.g. speech_text.SpeechTextDataset)")
-    if not isinstance(conf["dataset_type"], str):
+    if not isinstance(conf["dataset_type"], (str, type)):  # a class: a data_cfg built in Python
         raise ConfigError(f"{conf_path}.dataset_type", f"expected file.Class, got {conf['dataset_type']!r}")
     dataset_cls = resolve_class("dataset", conf["dataset_type"], f"{conf_path}.dataset_type", base=Dataset,
                                 extra_dirs=extra_dirs)

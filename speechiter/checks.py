@@ -35,7 +35,7 @@ def check_number(value: Any, where: str, minimum: Optional[float] = None, above:
 
     Returns the value unchanged (an int stays an int).
     """
-    if isinstance(value, bool) or not isinstance(value, _NUMBERS) or not _finite(value):
+    if isinstance(value, bool) or not isinstance(value, _NUMBERS) or not is_finite(value):
         raise ConfigError(where, f"expected a number, got {value!r}"[:200])
     if above is not None and not value > above:
         kind = "a positive number" if above == 0 else f"a number above {above}"
@@ -46,7 +46,7 @@ def check_number(value: Any, where: str, minimum: Optional[float] = None, above:
     return value
 
 
-def _finite(value) -> bool:
+def is_finite(value) -> bool:
     """math.isfinite; False for an int that no float can hold (10**400)."""
     try:
         return math.isfinite(value)
@@ -66,7 +66,7 @@ def check_int(value: Any, where: str, minimum: int = 1) -> int:
         kind = "a non-negative integer"
     else:
         kind = f"an integer >= {minimum}"
-    if (isinstance(value, bool) or not isinstance(value, _NUMBERS) or not _finite(value)
+    if (isinstance(value, bool) or not isinstance(value, _NUMBERS) or not is_finite(value)
             or not float(value).is_integer() or value < minimum or value > _MAX_INT):
         raise ConfigError(where, f"expected {kind}, got {value!r}"[:200])
     return int(value)

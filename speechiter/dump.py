@@ -98,8 +98,10 @@ def earlier_dumps(path: str, distributed: bool) -> List[str]:
 
 class DumpWriter:
     """Writes one JSON object per loaded batch, in the order consumed (``--dump_batches``); a mixed
-    iterator's batch also records its corpus as ``source``, and a batch with padding rows (distributed
-    evaluation, ``batch.is_padding``) gets ``"padding": [one bool per id]``."""
+    iterator's batch also records its corpus as ``source``, a batch with padding rows (distributed
+    evaluation, ``batch.is_padding``) gets ``"padding": [one bool per id]``, and one that left utterances
+    out (``on_bad_audio: skip``, ``batch.skipped``) ``"skipped": [{"id": ..., "reason": ...}]`` (a step
+    that lost every row too, with ``"ids": []``)."""
 
     def __init__(self, path: str, rank: int = 0, distributed: bool = False, append: bool = False):
         self.path = rank_path(path, rank) if distributed else path
@@ -116,6 +118,9 @@ class DumpWriter:
         padding = batch.is_padding if isinstance(batch, Batch) else None
         if padding and any(padding):  # only under distributed evaluation, so other records keep their form
             record["padding"] = list(padding)
+        skipped = getattr(batch, "skipped", None)
+        if skipped:  # only under on_bad_audio: skip (NOTE [ Skipped utterances ] in dataset/bad_audio.py)
+            record["skipped"] = [{"id": uid, "reason": reason} for uid, reason in skipped]
         self.file.write(json.dumps(record) + "\n")
 
     def close(self):

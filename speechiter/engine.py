@@ -23,7 +23,7 @@ import multiprocessing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
-from speechiter.checks import check_choice, check_int, check_optional_int
+from speechiter.checks import check_bool, check_choice, check_int, check_optional_int
 from speechiter.errors import ConfigError
 from speechiter.sequence.convert import is_out_type, resolve_out_type
 from speechiter.sequence.fetch import Task
@@ -50,7 +50,8 @@ class Engine(Protocol):
 @dataclass(frozen=True)
 class EngineSettings:
     """How an Iterator loads: its keyword arguments ``engine`` (``kind`` here),
-    ``num_workers``, ``thread_type``, ``start_method``, ``out_type``, ``buffer``.
+    ``num_workers``, ``thread_type``, ``start_method``, ``out_type``, ``buffer``, ``hedge``
+    (build a late batch again on an idle worker; NOTE [ Hedging ] in speechiter/sequence/hedge.py).
 
     Invalid values raise a ConfigError naming the option.
     """
@@ -61,6 +62,7 @@ class EngineSettings:
     start_method: Optional[str] = None
     out_type: str = "cpu"
     buffer: Optional[int] = None
+    hedge: bool = True
 
     def __post_init__(self):
         check_choice(self.kind, "engine", ENGINES)
@@ -71,6 +73,7 @@ class EngineSettings:
         if not is_out_type(self.out_type):
             raise ConfigError("out_type", f"expected cpu, cuda, cuda:N or null, got {self.out_type!r}")
         object.__setattr__(self, "buffer", check_optional_int(self.buffer, "buffer"))
+        object.__setattr__(self, "hedge", check_bool(self.hedge, "hedge"))
 
     @property
     def lookahead(self) -> int:
@@ -92,7 +95,7 @@ def make_engine(settings: EngineSettings, reader: Callable[[], Any]) -> Engine:
         start_scheduler, reader, num_workers=0 if settings.kind == "inline" else settings.num_workers,
         thread_type=settings.thread_type, start_method=settings.start_method, out_type=out_type,
         buffer=settings.lookahead, num_converters=1 if out_type.startswith("cuda") else 0,
-        timeout=BATCH_TIMEOUT_S))
+        timeout=BATCH_TIMEOUT_S, hedge=settings.hedge))
 
 
 class SequenceEngine:

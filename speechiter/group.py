@@ -32,6 +32,7 @@ from speechiter.checks import check_choice, check_int
 from speechiter.config.groups import STEPS_POLICIES
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator
+from speechiter.skips import is_empty
 from speechiter.state import GroupState, LoaderState, check_step
 
 
@@ -85,7 +86,8 @@ class Segment:
 
 
 class GroupLoader:
-    """One epoch of a group: yields ``{name: batch}`` per step (``{None: batch}`` for a lone Iterator).
+    """One epoch of a group: yields ``{name: batch}`` per step (``{None: batch}`` for a lone Iterator);
+    a batch that lost every row is left out, unless ``keep_empty`` (NOTE [ Empty steps ] in skips.py).
 
     ``steps``: ``shortest`` or ``longest`` (see NOTE [ Group steps ]); None takes
     the group's own policy (``IteratorGroup.steps``). ``state_dict`` /
@@ -103,6 +105,7 @@ class GroupLoader:
         self.iterators: Dict[Any, Iterator] = dict(group)
         self.policy: str = check_choice(policy_of(group) if steps is None else steps, "steps", STEPS_POLICIES)
         self.prefetch_next = prefetch_next
+        self.keep_empty = False  # yield steps whose batches lost every row (NOTE [ Empty steps ] in skips.py)
         self.loaders: Dict[Any, List] = {}
         self.start_at(check_int(epoch, "epoch"), check_int(start_step, "start_step", minimum=0))
 
@@ -160,7 +163,7 @@ class GroupLoader:
             loader = iterator.build_loader(segment.epoch, segment.start, prefetch_next=prefetch,
                                            stop_step=segment.stop)
             self.loaders[name].append(loader)
-            yield from loader
+            yield from loader.all_steps()  # empty steps too, to stay in step (NOTE [ Empty steps ] in skips.py)
 
     def __iter__(self) -> PyIterator[Dict[Any, Any]]:
         streams = {name: self._stream(name) for name in self.iterators}
@@ -168,7 +171,10 @@ class GroupLoader:
             while self.step < self.steps:
                 batch = {name: next(stream) for name, stream in streams.items()}
                 self.step += 1
-                yield batch
+                if not self.keep_empty:
+                    batch = {name: one for name, one in batch.items() if not is_empty(one)}
+                if batch:
+                    yield batch
         finally:
             for stream in streams.values():
                 stream.close()

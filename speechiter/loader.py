@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 
 from speechiter.batch import attach
 from speechiter.sequence.timing import BatchTiming
+from speechiter.skips import SkipLog, is_empty
 from speechiter.state import LoaderState
 
 
@@ -19,14 +20,17 @@ class Loader:
 
     ``tasks`` holds the plan: each task's ``position`` (step - 1) and ``ids``.
     After iterating, ``first_batch_s`` is the time to the first batch and
-    ``wait_s`` the time the consumer spent waiting for batches.
+    ``wait_s`` the time the consumer spent waiting for batches. A step whose
+    every utterance was skipped (``on_bad_audio: skip``) is counted but not
+    yielded, unless ``keep_empty`` (NOTE [ Empty steps ] in speechiter/skips.py).
     """
 
     def __init__(self, iterator, epoch: int = 1, start_step: int = 0, prefetch_next: bool = True,
-                 stop_step: Optional[int] = None):
+                 stop_step: Optional[int] = None, keep_empty: bool = False):
         self.iterator = iterator
         self.prefetch_next = prefetch_next
         self.stop_step = stop_step
+        self.keep_empty = keep_empty
         self._start_at(epoch, start_step)
 
     def _start_at(self, epoch: int, start_step: int):
@@ -77,6 +81,13 @@ class Loader:
     def plan(self) -> List[List[str]]:
         return [task.ids for task in self.tasks]
 
+    def epoch_utterances(self) -> int:
+        """Utterances (rows) in this loader's whole epoch, for max_bad_fraction (speechiter/skips.py)."""
+        plan = getattr(self.tasks, "batches", None)
+        if plan is None:  # an epoch_tasks override that returns plain tasks
+            return sum(len(task.ids) for task in self.tasks)
+        return int(plan.sizes().sum())
+
     def _attributes(self, offset: int):
         """The ids, padding rows and group_info columns of the ``offset``-th task of this loader."""
         tasks, group_info = self.tasks, self.iterator.group_info
@@ -98,15 +109,37 @@ class Loader:
             tasks.extend(following[:count - len(tasks)])
         return tasks
 
+    def _attach(self, offset: int, batch):
+        """The engine's ``offset``-th batch with its attributes (NOTE [ Batch attributes ] in batch.py)."""
+        ids, padding, group_info = self._attributes(offset)
+        return attach(batch, ids, group_info, padding)
+
     def __iter__(self):
+        steps = self.all_steps()
+        try:
+            for batch in steps:
+                if self.keep_empty or not is_empty(batch):
+                    yield batch
+        finally:
+            steps.close()  # leaving early ends the engine's run at once (NOTE [ Shutdown order ])
+
+    def all_steps(self):
+        """Every step's batch, an empty one included (NOTE [ Empty steps ] in speechiter/skips.py)."""
         engine = self.iterator.engine()
         lookahead = self._following_tasks(self.iterator.engine_settings.lookahead) if self.prefetch_next else ()
         started = time.perf_counter()  # the time to the first batch includes starting the workers
         batches = self._timing.timed(engine.iterate(self.tasks, lookahead), started)
+        skips = SkipLog(self)
         try:
             for offset, batch in enumerate(batches):
                 self.step += 1
-                ids, padding, group_info = self._attributes(offset)
-                yield attach(batch, ids, group_info, padding)
+                batch = self._attach(offset, batch)
+                skips.add(batch)
+                yield batch
+        except GeneratorExit:
+            skips.warn()
+            raise
+        else:
+            skips.warn()
         finally:
             batches.close()

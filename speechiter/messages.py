@@ -13,6 +13,7 @@ a failing command or a worker's traceback: the line keeps its first
 """
 import os
 import sys
+import traceback
 import warnings
 from contextlib import contextmanager
 
@@ -31,8 +32,43 @@ def one_line(text: str) -> str:
     return text
 
 
+def _redact(text: str) -> str:
+    from speechiter.io.storage import redact  # a library's message may quote a URL's password
+    return redact(text)
+
+
 def _show(message, category, filename, lineno, file=None, line=None):
-    print(f"speechiter: warning: {one_line(message) or category.__name__}", file=sys.stderr)
+    print(f"speechiter: warning: {_redact(one_line(message) or category.__name__)}",
+          file=sys.stderr if file is None else file)
+
+
+def report_error(error: BaseException, debug: bool) -> int:
+    """Print the command line's one line for ``error`` (after its traceback with ``debug``), without
+    secrets; return the exit status: the error's own (2 for bad input), 130 or 143 for Ctrl-C or SIGTERM
+    (NOTE [ One shutdown path ] in interrupts.py), else 1."""
+    from speechiter import interrupts
+    from speechiter.errors import SpeechiterError
+    from speechiter.sequence.limits import explain
+    if isinstance(error, KeyboardInterrupt):
+        print(f"speechiter: {interrupts.describe(error)}", file=sys.stderr)
+        return interrupts.exit_status(error)
+    if debug:
+        print(_redact(traceback.format_exc()), file=sys.stderr, end="")
+    hint = "" if debug else " (run with --debug for the traceback)"
+    if isinstance(error, SystemExit):  # sys.exit() in user code (a dataset hook ...): not the end of a finished run
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        print(f"speechiter: error: sys.exit({error.code!r}) was called{where} before the run ended{hint}",
+              file=sys.stderr)
+        return 1
+    error = explain(error)  # out of file descriptors anywhere: NOTE [ Machine limits ] in sequence/limits.py
+    what = one_line(error) or type(error).__name__
+    if not isinstance(error, SpeechiterError):
+        what = f"{type(error).__name__}: {what}"
+    elif error.exit_code == 2:
+        hint = ""
+    print(f"speechiter: error: {_redact(what)}{hint}", file=sys.stderr)
+    return error.exit_code if isinstance(error, SpeechiterError) else 1
 
 
 @contextmanager

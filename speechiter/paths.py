@@ -62,12 +62,14 @@ def file_options(cls: type) -> Dict[str, str]:
 class PathPolicy:
     """The path rules of one recipe (NOTE [ Path policy ]).
 
-    ``folder``: the YAML file's folder (None for a data_cfg given as a plain dict); ``root``:
-    ``$SPEECHAIN_ROOT`` when the recipe was loaded (None when unset).
+    ``folder``: the YAML file's folder, or the ``root`` given to build_iterators with a plain dict (None:
+    the current folder); ``root``: ``$SPEECHAIN_ROOT`` when the recipe was loaded (None when unset);
+    ``folder_name``: what messages call the folder.
     """
 
     folder: Optional[Path] = None
     root: Optional[str] = None
+    folder_name: str = "the YAML file's folder"
 
     @classmethod
     def from_environment(cls, folder: Optional[PathLike] = None) -> "PathPolicy":
@@ -178,7 +180,7 @@ class PathPolicy:
         cwd = os.getcwd()
         hint = (f"; export SPEECHAIN_ROOT={cwd} to read them from there by SpeeChain's rule"
                 if not self.root and any(_speechain_shaped(v) for _, v in found) else "")
-        print(f"speechiter: warning: {what} not in the YAML file's folder ({self.folder}); read from the "
+        print(f"speechiter: warning: {what} not in {self.folder_name} ({self.folder}); read from the "
               f"current folder ({cwd}){hint}", file=sys.stderr)
 
     def tried(self, value: str, recipe: bool = False) -> str:
@@ -192,7 +194,7 @@ class PathPolicy:
             looked = f"$SPEECHAIN_ROOT={self.root}" + (f" and {cwd}" if recipe else "")
         elif self.folder is not None and not recipe and ("/" in value or "." in value) \
                 and not (self.root and value.startswith(".")):  # see value()
-            looked = f"the YAML file's folder {self.folder} and {cwd}"
+            looked = f"{self.folder_name} {self.folder} and {cwd}"
         else:
             looked = cwd
         hint = ("; a SpeeChain recipe names its files from the SpeeChain folder: "

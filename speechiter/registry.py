@@ -134,6 +134,7 @@ def resolve_class(kind: str, name: str, path: str, base: type, extra_dirs: Itera
                   types: Mapping | None = None, aliases: Mapping | None = None) -> type:
     """The class named by ``name`` (a YAML ``type`` / ``dataset_type``), a subclass of ``base``.
 
+    ``name`` may also be the class itself (a data_cfg built in Python), which is only checked.
     ``kind`` is "iterator" or "dataset"; ``path`` is the YAML path used in errors;
     ``types`` and ``aliases`` replace BUILTIN_TYPES and ALIASES (tests point them elsewhere).
     """
@@ -141,6 +142,10 @@ def resolve_class(kind: str, name: str, path: str, base: type, extra_dirs: Itera
     aliases = ALIASES if aliases is None else aliases
     if kind not in types:
         raise ValueError(f"kind should be one of {sorted(types)}, got {kind!r}")
+    if inspect.isclass(name):
+        if not issubclass(name, base):
+            raise ConfigError(path, f"{_qualified(name)} is not a subclass of {_qualified(base)}")
+        return name
     if not isinstance(name, str) or "." not in name.strip(".") or any(not p for p in name.split(".")):
         raise ConfigError(path, f"expected file.Class (e.g. {_EXAMPLES.get(kind, 'file.Class')}), got {name!r}")
     builtin = types[kind].get(aliases.get(kind, {}).get(name, name))

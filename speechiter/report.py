@@ -34,10 +34,16 @@ class IteratorStats:
         self.wait_s = 0.0
         self.active_s = 0.0  # wall time of its group's epochs
         self.first_batch_s: Optional[float] = None
+        self.bad_audio = {"skipped": 0, "empty_steps": 0, "ids": {}}  # on_bad_audio: skip
 
     def add(self, ids, batch):
         self.steps += 1
         self.utterances += len(ids)
+        skipped = getattr(batch, "skipped", None)
+        if skipped:
+            self.bad_audio["skipped"] += len(skipped)
+            self.bad_audio["empty_steps"] += not ids
+            self.bad_audio["ids"].update(skipped)
         feat, feat_len = _get(batch, "feat"), _get(batch, "feat_len")
         if feat is not None and feat_len is not None:
             lengths = to_numpy(feat_len)
@@ -73,6 +79,7 @@ class IteratorStats:
             "time_to_first_batch_s": self.first_batch_s,
             "wait_s": self.wait_s,
             "data_roots": self.data_roots,
+            "bad_audio": self.bad_audio,
         }
 
 
@@ -104,6 +111,12 @@ class RunReport:
         if self.world_size > 1:
             lines.append(f"rank {self.rank} of {self.world_size} shown (each rank loads its own share; "
                          f"--report writes one file per rank)")
+        for name, stats in self.iterators.items():
+            bad = stats.bad_audio
+            if bad["skipped"]:
+                empty = f", {bad['empty_steps']} steps left with no rows" if bad["empty_steps"] else ""
+                lines.append(f"{name}: skipped {bad['skipped']} utterances that could not be read ({len(bad['ids'])} "
+                             f"different){empty}; --report lists them with the reasons")
         for label, counts in self.skipped.items():
             lines.append(f"{label}: skipped {counts['batches']} batches ({counts['utterances']} utterances) "
                          f"beyond the shortest iterator of its group (steps: longest keeps them)")

@@ -10,7 +10,6 @@ line on stderr), 1 any other failure, 130 Ctrl-C, 143 SIGTERM.
 import argparse
 import sys
 import time
-import traceback
 from typing import Dict, Optional
 
 from speechiter import interrupts
@@ -20,10 +19,9 @@ from speechiter.dump import DumpWriter, earlier_dumps, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, group_steps
 from speechiter.launch import Launcher, check_launch, init_distributed
-from speechiter.messages import one_line, warnings_as_lines
+from speechiter.messages import report_error, warnings_as_lines
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
-from speechiter.sequence.limits import explain
 from speechiter.state import GroupState
 from speechiter.state_files import StateFiles
 from speechiter.user_files import check_output
@@ -45,6 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--start_method", choices=("fork", "spawn", "forkserver"),
                         help="how process workers start (default: forkserver, where the OS has it)")
     parser.add_argument("--out_type", default="cpu", help="cpu, cuda, cuda:N or null")
+    parser.add_argument("--no_hedge", action="store_true", help="never build a late batch again on an idle worker")
     parser.add_argument("--ngpu", type=int, help="make every batch divisible by ngpu (default: the exp_cfg's, else 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value (dotted key, YAML value); repeatable")
@@ -75,7 +74,7 @@ class CommandLineRun:
         self.args = args
         self.iterators = iterators
         self.rank, self.world_size = rank, world_size
-        self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers,
+        self.report = RunReport({"engine": args.engine, "num_workers": args.num_workers, "hedge": not args.no_hedge,
                                  "thread_type": args.thread_type, "out_type": args.out_type, "seed": args.seed,
                                  "ngpu": args.ngpu, "distributed": args.distributed})
         self.report.rank, self.report.world_size = rank, world_size
@@ -140,6 +139,7 @@ class CommandLineRun:
         for name, (batches, utterances) in loader.skipped().items():
             self.report.add_skipped(iterator_label(group, set_name, name), batches, utterances)
         progress = _progress(len(loader), f"{label} epoch {epoch}", self.args.quiet)
+        loader.keep_empty = True  # a step that lost every row is dumped and counted (NOTE [ Empty steps ])
         started = time.perf_counter()
         try:
             for step_batches in loader:
@@ -198,8 +198,8 @@ def run(args) -> int:
     _apply_exp_settings(args, data_cfg.settings, mode)
     iterators = build_iterators(data_cfg, seed=args.seed, num_workers=explicit_workers, groups=groups,
                                 engine=args.engine, thread_type=args.thread_type, out_type=args.out_type,
-                                start_method=args.start_method,
-                                ngpu=args.ngpu, rank=rank, world_size=world_size)
+                                start_method=args.start_method, ngpu=args.ngpu, rank=rank, world_size=world_size,
+                                **({"hedge": False} if args.no_hedge else {}))
     run_ = CommandLineRun(args, iterators, rank, world_size)
     try:
         if args.plot and rank == 0:
@@ -256,31 +256,8 @@ def main(argv=None) -> int:
 def _main(args) -> int:
     try:
         return run(args)
-    except SpeechiterError as e:
-        if args.debug:
-            traceback.print_exc()
-        hint = "" if args.debug or e.exit_code == 2 else " (run with --debug for the traceback)"
-        print(f"speechiter: error: {one_line(e) or type(e).__name__}{hint}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM: NOTE [ One shutdown path ] in interrupts.py
-        print(f"speechiter: {interrupts.describe(e)}", file=sys.stderr)
-        return interrupts.exit_status(e)
-    except SystemExit as e:  # sys.exit() in user code (a dataset hook ...): not the end of a finished run
-        if args.debug:
-            traceback.print_exc()
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
-        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        print(f"speechiter: error: sys.exit({e.code!r}) was called{where} before the run ended"
-              + ("" if args.debug else " (run with --debug for the traceback)"), file=sys.stderr)
-        return 1
-    except Exception as e:  # any other failure: exit 1, one line unless --debug
-        if args.debug:
-            traceback.print_exc()
-        error = explain(e)  # out of file descriptors anywhere: NOTE [ Machine limits ] in sequence/limits.py
-        what = one_line(error) if error is not e else f"{type(e).__name__}: {one_line(e) or type(e).__name__}"
-        print(f"speechiter: error: {what}" + ("" if args.debug else " (run with --debug for the traceback)"),
-              file=sys.stderr)
-        return 1
+    except (Exception, KeyboardInterrupt, SystemExit) as error:  # one line each: see messages.report_error
+        return report_error(error, args.debug)
 
 
 if __name__ == "__main__":

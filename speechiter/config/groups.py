@@ -44,7 +44,7 @@ class IteratorSpec:
     set_name: str | None  # test set name, None outside test
     name: str | None  # iterator name, None when the group/set holds a single iterator
     path: str  # YAML path, e.g. "data_cfg.train.sup"
-    type: str  # "file.Class"
+    type: str | type  # "file.Class", or the class itself (a data_cfg built in Python)
     conf: dict
     steps: str = "shortest"  # the group's steps policy
 
@@ -107,7 +107,8 @@ def _iterator_spec(node: Any, path: str, group: str, set_name, name, steps: str 
         raise ConfigError(f"{path}.type", "missing; every iterator needs type: file.Class "
                           "(e.g. block.BlockIterator)")
     type_name = node["type"]
-    if not isinstance(type_name, str) or "." not in type_name.strip(".") or " " in type_name:
+    if not isinstance(type_name, type) and (not isinstance(type_name, str) or "." not in type_name.strip(".")
+                                                or " " in type_name):  # a class: a data_cfg built in Python
         raise ConfigError(f"{path}.type", f"expected file.Class (e.g. block.BlockIterator), "
                           f"got {type(type_name).__name__} {type_name!r}")
     conf = node.get("conf")

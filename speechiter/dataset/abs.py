@@ -13,13 +13,14 @@ collate.py, and the reader the engine builds batches with (DatasetReader) in
 reader.py.
 """
 import os
-import re
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from speechiter.checks import did_you_mean
+from speechiter.batch import SKIPPED_KEY
+from speechiter.dataset import options
+from speechiter.dataset.bad_audio import MAX_BAD_FRACTION, check_options, read_rows
 from speechiter.dataset.collate import check_same_keys, collate_values, odd_shape
 from speechiter.dataset.collate import pad_stack  # noqa: F401 (re-exported)
 from speechiter.dataset.augment.record import ROWS_KEY, rows_record, take_records
@@ -29,7 +30,6 @@ from speechiter.errors import ConfigError, DataError
 from speechiter.ids import Column, IdIndex, IdList, LengthMap, decode_ids, encode_ids
 from speechiter.idx2 import read_idx2_files
 from speechiter.paths import NAMED_FILES, SELECTION
-from speechiter.registry import signature_names
 
 
 class Dataset:
@@ -45,6 +45,9 @@ class Dataset:
         data_selection: one ``[mode, number]`` / ``[mode, number, meta_file]``
             rule or a list of them, applied in order (see :meth:`select`).
         seed: seed of the ``random`` selection mode.
+        on_bad_audio: ``error`` (stop at an utterance that cannot be read) or ``skip`` (leave it out of its
+            batch); max_bad_fraction: the most of an epoch's utterances that may be skipped (NOTE [ Skipped
+            utterances ] in bad_audio.py).
         **dataset_conf: passed to :meth:`dataset_init_fn`.
 
     Storage is compact (see NOTE [ Compact storage ] in speechiter/ids.py):
@@ -62,10 +65,11 @@ class Dataset:
     views: int = 1
 
     def __init__(self, main_data: Dict[str, Union[str, List[str]]], data_selection=None, seed: int = 0,
-                 **dataset_conf):
+                 on_bad_audio: str = "error", max_bad_fraction: float = MAX_BAD_FRACTION, **dataset_conf):
         if not isinstance(main_data, dict) or not main_data:
             raise ConfigError("main_data", f"expected a mapping of names to idx2 files, got {main_data!r}")
         self.seed = seed
+        self.on_bad_audio, self.max_bad_fraction = check_options(on_bad_audio, max_bad_fraction)
         self.sources: Dict[str, List[str]] = {}
         self.main_data: Dict[str, Mapping] = {}
         for key, files in main_data.items():
@@ -87,7 +91,7 @@ class Dataset:
         try:
             self.dataset_init_fn(**dataset_conf)
         except TypeError as error:
-            option_error = _option_error(type(self), error)
+            option_error = options.option_error(type(self), error)
             if option_error is None:
                 raise
             raise option_error from None
@@ -258,9 +262,12 @@ class Dataset:
         """The collated batch of ``ids``. A batch that cannot be collated is
         a DataError naming the utterance (and its file) that breaks it.
         Rows that carry an applied record, or several views, tell the loader
-        under ``ROWS_KEY`` (NOTE [ The applied record ] in augment/record.py)."""
-        rows = view_rows(ids, self.views) if self.views > 1 else ids
-        items = [self[uid] for uid in rows]
+        under ``ROWS_KEY`` (NOTE [ The applied record ] in augment/record.py);
+        utterances left out under ``on_bad_audio: skip``, under ``SKIPPED_KEY``
+        (NOTE [ Skipped utterances ] in bad_audio.py)."""
+        rows, items, skipped = read_rows(self, view_rows(ids, self.views) if self.views > 1 else ids)
+        if not items:  # every row skipped: the loader counts the step and yields nothing
+            return {SKIPPED_KEY: skipped}
         records = take_records(items)
         check_same_keys(rows, items)
         try:
@@ -274,26 +281,13 @@ class Dataset:
                 raise DataError(f"utterance {uid}: {name} {problem}") from None
             raise self.data_error(name, uid, f"{self.main_data[name][uid]} {problem}") from None
         if (records is not None or self.views > 1) and isinstance(batch, dict):
-            batch[ROWS_KEY] = rows_record(records, self.views, len(ids))
+            batch[ROWS_KEY] = rows_record(records, self.views, len(rows) // self.views)
+        if skipped:
+            if not isinstance(batch, dict):
+                raise DataError(f"on_bad_audio: skip needs a collate that returns a dict (to tell which rows it "
+                                f"left out), got {type(batch).__name__}; skipped {skipped[0][1]}")
+            batch[SKIPPED_KEY] = skipped
         return batch
 
     def __repr__(self):
         return f"{type(self).__name__}({len(self)} utterances, data: {', '.join(self.main_data)})"
-
-
-_BINDING = re.compile(r"dataset_init_fn\(\) (?:got an unexpected keyword argument '(?P<unknown>[^']+)'|"
-                      r"missing \d+ required (?:keyword-only |positional )?arguments?: '(?P<missing>[^']+)')")
-
-
-def _option_error(cls: type, error: TypeError) -> Optional[ConfigError]:
-    """The ConfigError for a dataset_init_fn that refused its options, where checking them before the call
-    could not (a subclass's ``**kwargs`` passed on to its parent's); None for any other TypeError."""
-    match = _BINDING.search(str(error))
-    if match is None:
-        return None
-    if match["missing"]:
-        return ConfigError(match["missing"], f"missing required option of {cls.__qualname__}")
-    accepted = sorted({name for klass in cls.__mro__ if "dataset_init_fn" in vars(klass)
-                       for name in signature_names(vars(klass)["dataset_init_fn"])[0]})
-    return ConfigError(match["unknown"], f"unknown option of {cls.__qualname__}{did_you_mean(match['unknown'], accepted)}"
-                                         f" accepted: {', '.join(accepted) or 'none'}")

@@ -17,7 +17,6 @@ main_data names (at least one of ``feat`` and ``text``):
 - ``duration``: per-token durations (``[0.1, 0.2]`` or ``0.1 0.2``), float32
   ``(B, L)`` zero-padded, with ``duration_len``.
 """
-import os
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
@@ -42,7 +41,7 @@ from speechiter.ids import LengthMap
 from speechiter.paths import YAML_FILE
 from speechiter.dataset.pitch import PitchExtractor, collate_pitch
 from speechiter.seeding import rng
-from speechiter.io.kaldi_segments import check_wav_scp, is_kaldi_segments
+from speechiter.io.command_scan import check_commands
 from speechiter.io.storage import redact
 from speechiter.text import TextTransforms
 
@@ -105,9 +104,8 @@ class SpeechTextDataset(Dataset):
             raise ConfigError("perturb_range", f"speed factors below 1/{MAX_FACTOR_DENOMINATOR} are not "
                                                f"supported, got {perturb_range!r}")
         self.allow_commands = check_bool(allow_commands, "allow_commands")
-        for source in self.sources.get("feat", ()):  # refuse unknown piped commands now, not in a worker
-            if is_kaldi_segments(source):
-                check_wav_scp(os.path.join(os.path.dirname(source), "wav.scp"), self.allow_commands)
+        # unknown piped commands refused now, not in a worker: See NOTE [ Commands refused at build ]
+        check_commands(self.sources.get("feat", []), self.main_data.get("feat"), self.allow_commands)
         conf = load_feat_conf(feat_conf)
         if not rate_given and conf is not None and conf.get("sample_rate") is not None:
             sample_rate = conf["sample_rate"]  # feat_conf's rate stands in for the default

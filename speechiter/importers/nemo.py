@@ -119,7 +119,7 @@ def import_nemo(manifest, out_dir, tars=None, absolute=False):
         utts.append(utt)
     if members:
         warnings.warn(f"{len(members)} tar members have no manifest entry and were dropped", stacklevel=2)
-    return write_index(out_dir, utts, [opened[i] for i in sorted(opened)], absolute)
+    return write_index(out_dir, utts, [opened[i] for i in sorted(opened)], absolute, importer="nemo")
 
 
 def main(argv=None):

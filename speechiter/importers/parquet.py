@@ -238,7 +238,8 @@ def import_parquet(names, out_dir, audio_column=None, text_column=None, speaker_
     files_text = {f"idx2{name}": "".join(f"{uid} {' '.join(v.split())}\n" for uid, v in sorted(rows)
                                          if v is not None and v.strip()) for name, rows in extra.items()}
     written = write_index(out_dir, utts, [f.file for f in files], absolute,
-                          extra={k: v for k, v in files_text.items() if v}, sample_rate=sample_rate)
+                          extra={k: v for k, v in files_text.items() if v}, sample_rate=sample_rate,
+                          importer="parquet")
     for name, text in files_text.items():
         if text:
             written[name] = text.count("\n")

@@ -113,7 +113,7 @@ def import_shar(shar_dir, out_dir, absolute=False):
         orphans += len(members)
     if orphans:
         warnings.warn(f"{orphans} audio members have no cut in the cuts files and were dropped", stacklevel=2)
-    return write_index(out_dir, utts, shards, absolute)
+    return write_index(out_dir, utts, shards, absolute, importer="shar")
 
 
 def main(argv=None):

@@ -18,15 +18,24 @@ Python's tarfile ends an archive quietly at a corrupt header past the first;
 here the block where the walk stopped must be the end-of-archive marker (zero
 blocks) or the end of the shard, else it is an error naming the shard and byte.
 
+# NOTE [ Members read in place ]
+A member is indexed only when its bytes are one range of the shard, so the
+importers refuse, naming the shard and member: a compressed tar (``.tar.gz``:
+its members' bytes are not in the file), a truncated shard (a member whose data
+runs past its end), a sparse member (``tar --sparse`` stores only its non-zero
+blocks), a link (no bytes of its own), a name that is not UTF-8 (idx2 files
+are), and a name that is absolute or climbs out with ``..`` (an utterance id
+that is a path outside the corpus: nothing is ever written or read by it, and a
+training script that writes per-utterance files by id must not be led outside
+its folder either).
+
 Each shard's size, and mtime (local) or ETag (a store), go in ``shards.json``
 beside the idx2 files: a shard changed afterwards is an error naming it (NOTE [ Shard integrity ] in io/shards.py).
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
-import re
 import tarfile
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
@@ -34,14 +43,14 @@ from pathlib import Path
 
 from speechiter.errors import DataError
 from speechiter.importers.command import Parser, run_main
-from speechiter.importers.utterance import InputError, Utterance, seconds_text
+from speechiter.importers.shard_names import expand_shards, shard_location
+from speechiter.importers.tar_audio import audio_length, audio_utterance
+from speechiter.importers.utterance import InputError, Utterance
 from speechiter.importers.writer import write_corpus
-from speechiter.io.embedded import read_embedded
 from speechiter.io.pread_file import PreadFile
 from speechiter.io.shards import SHARDS_FILE
-from speechiter.io.source import ByteRange, Source
+from speechiter.io.source import ByteRange
 from speechiter.io.storage import call, filesystem, is_url, read_range, redact
-from speechiter.io.wav import read_wav_header
 
 __all__ = ["WINDOW", "AUDIO_EXTENSIONS", "Member", "TarShard", "Keys", "expand_shards", "audio_length",
            "audio_utterance", "member_key", "read_text_member", "read_object", "command", "write_index"]
@@ -50,8 +59,8 @@ __all__ = ["WINDOW", "AUDIO_EXTENSIONS", "Member", "TarShard", "Keys", "expand_s
 AUDIO_EXTENSIONS = ("flac", "wav")
 
 WINDOW = 64 << 10  # bytes per read while walking headers
-_HEAD = 4096  # bytes of a member read for its audio header
-_BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
+_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
+               (b"\x04\x22\x4d\x18", "lz4"))
 
 
 class Member(NamedTuple):
@@ -79,8 +88,10 @@ class TarShard(PreadFile):
         self.reads = 0  # requests made (ranged GETs at a URL)
 
     def pread(self, pos: int, n: int) -> bytes:
-        """Up to ``n`` bytes from ``pos`` (fewer at the end), from the window when it holds them."""
+        """Up to ``n`` bytes from ``pos`` (fewer at the end, none past it), from the window when it holds them."""
         n = max(0, min(n, self.size - pos))
+        if not n:
+            return b""
         if pos < self._start or pos + n > self._start + len(self._buffer):
             self._start, self._buffer = pos, self._fetch(pos, min(self.size, pos + max(n, WINDOW)))
         return self._buffer[pos - self._start:pos - self._start + n]
@@ -94,18 +105,50 @@ class TarShard(PreadFile):
 
     # -- the members
     def members(self) -> Iterator[Member]:
-        """Regular-file members in order; raises InputError for a corrupt header."""
+        """Regular-file members in order; raises InputError for a corrupt, truncated or compressed shard and
+        for a member that cannot be read in place (See NOTE [ Members read in place ])."""
+        compressed = next((kind for magic, kind in _COMPRESSED if self.pread(0, len(magic)) == magic), None)
+        if compressed:
+            raise InputError(f"{self.where}: is compressed ({compressed}); members are read as byte ranges of "
+                             f"the shard, so it must be an uncompressed tar: decompress it once")
         try:
             archive = tarfile.open(fileobj=self, mode="r:")
             for info in archive:
-                if info.isfile():
-                    yield Member(info.name, info.offset_data, info.size)
+                if info.isfile() or info.issym() or info.islnk():
+                    yield self._member(info)
             end = archive.offset
         except tarfile.TarError as e:  # the header at the start, or a pax / GNU header, is corrupt
+            if "unexpected end of data" in str(e):
+                raise InputError(f"{self.where}: truncated: the shard ends at byte {self.size}, inside the member "
+                                 f"before byte {self.tell()} (an interrupted copy or upload?)") from None
             raise InputError(f"{self.where}: not a readable tar archive ({e}) near byte {self.tell()}") from None
-        if end < self.size and any(self.pread(end, 512)):
+        if end >= self.size or (self.size - end < 512 and any(self.pread(end, 512))):
+            raise InputError(f"{self.where}: truncated: the shard ends at byte {self.size} without the tar's "
+                             f"end-of-archive blocks; members after byte {end} may be missing")
+        if any(self.pread(end, 512)):
             raise InputError(f"{self.where}: corrupt tar header at byte {end} (bad checksum or not a tar "
                              f"header); the members after it cannot be found")
+
+    def _member(self, info: tarfile.TarInfo) -> Member:
+        where = f"{self.where}: member {info.name!r}"
+        try:
+            info.name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{self.where}: member {info.name.encode('utf-8', 'surrogateescape')!r} (header at "
+                             f"byte {info.offset}): its name is not UTF-8, which idx2 files need") from None
+        if info.name.startswith("/") or ".." in info.name.split("/"):
+            raise InputError(f"{where}: an absolute name, or one that climbs out with '..'; a name that is a "
+                             f"path outside the shard's folder is refused")
+        if not info.isfile():
+            raise InputError(f"{where}: a {'symbolic' if info.issym() else 'hard'} link (to {info.linkname!r}); "
+                             f"members are read as their own bytes: write the tar with the files themselves")
+        if info.issparse():
+            raise InputError(f"{where}: a sparse file (tar --sparse): its bytes are not one range of the shard; "
+                             f"write the tar without --sparse")
+        if info.offset_data + info.size > self.size:
+            raise InputError(f"{where}: truncated: its data runs to byte {info.offset_data + info.size}, but the "
+                             f"shard has {self.size} bytes (an interrupted copy or upload?)")
+        return Member(info.name, info.offset_data, info.size)
 
     def member_bytes(self, member: Member) -> bytes:
         return self.pread(member.first, member.size)
@@ -140,84 +183,6 @@ def member_key(name: str) -> Tuple[str, str]:
     return (f"{folder}/{stem}" if folder else stem), (ext if dot else "")
 
 
-def audio_length(shard: TarShard, member: Member, where: str) -> Tuple[int, int]:
-    """``(frames, sample_rate)`` of the audio ``member`` holds, from its header
-    (See NOTE [ Tar shards read in place ]). InputError naming ``where`` when it is not audio."""
-    def at(pos, n):
-        return shard.pread(member.first + pos, min(n, member.size - pos)) if pos < member.size else b""
-
-    head = at(0, _HEAD)
-    if head[:4] == b"RIFF":
-        header = read_wav_header(at)
-        if header is not None and header.sized:
-            if header.offset + header.data_size > member.size:
-                raise InputError(f"{where}: truncated WAV: its header gives {header.data_size} bytes of audio, "
-                                 f"the member holds {max(0, member.size - header.offset)}")
-            return header.frames, header.rate
-    elif head[:4] == b"fLaC" and len(head) >= 42 and head[4] & 0x7F == 0:  # STREAMINFO comes first
-        info = head[8:42]
-        total = int.from_bytes(info[13:18], "big") & 0xFFFFFFFFF
-        if total:
-            return total, int.from_bytes(info[10:13], "big") >> 4
-    source = Source(shard.location, byte_range=ByteRange(member.first, member.last))
-    try:
-        x, rate = read_embedded(source, None)
-    except DataError as e:
-        raise InputError(f"{where}: not audio speechiter reads ({str(e).rsplit(': ', 1)[-1]})") from None
-    if rate is None:
-        raise InputError(f"{where}: not audio (an npy array)")
-    return int(x.shape[0]), int(rate)
-
-
-def audio_utterance(uid: str, shard: TarShard, member: Member, where: str) -> Utterance:
-    """The utterance of an audio member (its text and speaker set afterwards)."""
-    frames, rate = audio_length(shard, member, where)
-    if frames <= 0:
-        raise InputError(f"{where}: the audio has no frames")
-    return Utterance(uid, shard.value(member), frames, seconds_text(frames / rate), relative=shard.relative,
-                     where=where)
-
-
-def expand_shards(patterns: List[str]) -> List[str]:
-    """Shard names from brace ranges (``audio_{0..7}.tar``, zero padding
-    kept, as NeMo and WebDataset expand them) and, for local paths, globs;
-    in the order given."""
-    out: List[str] = []
-    for pattern in patterns:
-        pattern = pattern.replace("_OP_", "{").replace("_CL_", "}")  # NeMo's brace-free spelling
-        for name in _braces(pattern):
-            if not is_url(name) and glob.has_magic(name):
-                found = sorted(glob.glob(name))
-                if not found:
-                    raise InputError(f"{name}: matches no shard")
-                out += found
-            else:
-                out.append(name)
-    return out
-
-
-def _braces(pattern: str) -> List[str]:
-    match = _BRACES.search(pattern)
-    if match is None:
-        return [pattern]
-    low, high = match.group(1), match.group(2)
-    width = len(low) if low.startswith("0") and len(low) > 1 else 0
-    if int(high) < int(low):
-        raise InputError(f"{pattern}: the range {{{low}..{high}}} is empty")
-    head, tail = pattern[:match.start()], pattern[match.end():]
-    return [name for i in range(int(low), int(high) + 1) for name in _braces(f"{head}{i:0{width}d}{tail}")]
-
-
-def shard_location(value: str, base: str = ".") -> Tuple[str, bool]:
-    """``(absolute path or URL, given relative)`` of a shard name."""
-    if "#" in value:
-        raise InputError(f"{value!r}: a shard name may not contain '#' (idx2wav reserves it for #bytes=)")
-    if is_url(value):
-        return value, False
-    value = os.path.expanduser(value)
-    return os.path.normpath(os.path.join(os.path.abspath(base), value)), not os.path.isabs(value)
-
-
 class Keys:
     """Utterance ids seen so far, and where: a second one is an InputError naming both."""
 
@@ -231,9 +196,11 @@ class Keys:
 
 
 def write_index(out_dir, utts: List[Utterance], shards: List[TarShard], absolute: bool = False,
-                extra: Optional[Dict[str, str]] = None, sample_rate: Optional[int] = None) -> Dict[str, int]:
+                extra: Optional[Dict[str, str]] = None, sample_rate: Optional[int] = None,
+                importer: str = "") -> Dict[str, int]:
     """idx2 files and ``shards.json`` into ``out_dir`` through the importers'
-    writer (NOTE [ Whole imports ] in speechiter/importers/writer.py); a
+    writer (NOTE [ Whole imports ] in speechiter/importers/writer.py), naming
+    the ``importer`` (``webdataset``: a changed shard's error says to run it again); a
     shard's key in shards.json has the form of its idx2wav values (a path
     relative to ``out_dir``, or absolute, or a URL). ``extra`` and
     ``sample_rate`` as for :func:`speechiter.importers.writer.write_corpus`."""
@@ -243,7 +210,8 @@ def write_index(out_dir, utts: List[Utterance], shards: List[TarShard], absolute
         if shard.relative and not absolute:
             key = os.path.relpath(key, os.path.abspath(out_dir))
         table[key] = shard.record
-    text = json.dumps({"format": "speechiter-shard-index", "version": 1, "shards": table}, indent=1) + "\n"
+    text = json.dumps({"format": "speechiter-shard-index", "version": 1, "importer": importer or None,
+                       "shards": table}, indent=1) + "\n"
     written = write_corpus(out_dir, utts, absolute, extra={**(extra or {}), SHARDS_FILE: text},
                            sample_rate=sample_rate)
     written[SHARDS_FILE] = len(table)

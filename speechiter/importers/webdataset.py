@@ -87,7 +87,7 @@ def import_webdataset(shard_names, out_dir, absolute=False):
         raise InputError("the shards hold no audio members (.flac or .wav)")
     if audioless:
         warnings.warn(f"{audioless} samples have text but no audio member and were dropped", stacklevel=2)
-    return write_index(out_dir, utts, shards, absolute)
+    return write_index(out_dir, utts, shards, absolute, importer="webdataset")
 
 
 def main(argv=None):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections import Counter
 from unittest import mock
 
@@ -37,9 +38,11 @@ def _index(args) -> str:
     settings = {"SPEECHITER_INDEX_MIN_ROWS": "0", "SPEECHITER_INDEX": "1"}
     if args.cache_dir:
         settings["SPEECHITER_INDEX_DIR"] = args.cache_dir
-    with mock.patch.dict(os.environ, settings):  # this process's settings, restored after
+    with mock.patch.dict(os.environ, settings), warnings.catch_warnings():  # restored after
+        warnings.simplefilter("error", store.CacheWriteWarning)  # writing is this command's only job
         args.out_dir = store.cache_dir()
         before = _entries(args.out_dir)
+        store.forget_warnings()
         try:
             config = load_config(args.recipe, args.set)
             for rank in range(args.world_size):
@@ -50,6 +53,9 @@ def _index(args) -> str:
                     iterator.close()
         except ConfigError as e:
             raise DataError(str(e)) from None
+        except store.CacheWriteWarning as e:
+            raise DataError(f"cannot write the plan cache in {e.folder} ({e.reason}); give --cache_dir a folder "
+                            f"this user can create and write") from None
         after = _entries(args.out_dir)
     kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(Counter(n.rsplit(".", 1)[-1] for n in after).items()))
     new = len(after - before)

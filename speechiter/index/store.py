@@ -2,33 +2,62 @@
 
 A file is ``MAGIC``, the header's length (8 bytes, little-endian), a JSON header, then each array's bytes at
 a 64-byte aligned offset. The header holds the format version, each array's dtype, shape and offset (from
-the aligned end of the header), the data's total length (so a truncated file is seen), and ``key``: what the
-entry was made from (a source file's path, size, mtime, ctime and inode, or a digest of its inputs).
-:func:`open_entry` answers None, never a wrong entry, for a missing, truncated, foreign or stale file;
-:func:`write_entry` writes a private temporary file and renames it into place (See NOTE [ Plan cache ] in
-speechiter/index/__init__.py).
+the aligned end of the header), the data's total length (so a truncated file is seen), its CRC-32, and
+``key``: what the entry was made from (a source file's path, size, mtime, ctime and inode, or a digest of its
+inputs). :func:`open_entry` answers None, never a wrong entry, for a missing, truncated, foreign, corrupt or
+stale file; :func:`write_entry` writes a private temporary file and renames it into place (See NOTE [ Plan
+cache ] in speechiter/index/__init__.py).
+
+# NOTE [ Entries are checked ]
+An entry's size, version and key say it is whole and current, not that its bytes are the ones written: a
+disk error, a copy gone wrong or a tool that rewrote some bytes in place keeps the size (and a same-size
+edit may keep the mtime). A wrong sort or view would be a wrong plan, silently. So the header keeps the
+CRC-32 of the data, checked each time an entry is opened: read with ``pread`` in blocks (not through the
+mapping, so the check leaves no mapped pages in the process: a rank's USS stays what it maps later): 0.27 s
+for the 162 MB of a 2M-utterance corpus's entries on this project's 2-core machine under load (about 1.7 s
+per GB, against 6-16 s to parse those 2M rows). A failed check is treated as no entry: the run parses and writes it
+again. The file is opened without blocking and must be a regular file: a FIFO put in its place would
+otherwise wait for a writer forever.
 """
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 import warnings
+import zlib
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["MAGIC", "VERSION", "Mapped", "cache_dir", "min_rows", "enabled", "entry_path", "open_entry",
-           "write_entry", "source_key", "settled"]
+__all__ = ["MAGIC", "VERSION", "Mapped", "CacheWriteWarning", "cache_dir", "min_rows", "enabled", "entry_path",
+           "open_entry", "write_entry", "source_key", "settled", "forget_warnings"]
 
 MAGIC = b"SPIDX\x00\x01\n"
-VERSION = 1  # bump when what an entry holds changes: older files are then rebuilt
+VERSION = 2  # bump when what an entry holds changes: older files are then rebuilt (2: the data's CRC-32)
 _ALIGN = 64
 _HEAD = len(MAGIC) + 8
 _MAX_HEADER = 1 << 20
+_CHECK_BLOCK = 8 << 20  # bytes read at once to check an entry
 SETTLE_SECONDS = 2
 _warned = set()  # folders already warned about (one line per folder and process)
+
+
+class CacheWriteWarning(UserWarning):
+    """The cache folder could not be written; a run parses without it (``python -m speechiter.index``, whose
+    only job is writing, turns it into an error). ``folder`` and ``reason`` say where and why."""
+
+    def __init__(self, folder: str, reason: str):
+        super().__init__(f"cannot write the plan cache in {folder} ({reason}); parsing without it (set "
+                         f"SPEECHITER_INDEX_DIR to a writable folder)")
+        self.folder, self.reason = folder, reason
+
+
+def forget_warnings() -> None:
+    """Warn again about a folder already warned about (the index command: each of its runs must fail)."""
+    _warned.clear()
 
 
 def cache_dir() -> str:
@@ -107,22 +136,32 @@ def _data_start(header_bytes: int) -> int:
 
 def open_entry(path: str, key: Dict) -> Optional[Tuple[Dict, Dict[str, np.ndarray]]]:
     """``(header, {name: read-only mapped array})`` of the entry at ``path`` made from ``key``; None when
-    there is none, or it is truncated, of another version or format, or made from something else."""
+    there is none, or it is not a regular file, truncated, of another version or format, made from something
+    else, or its data fails its checksum (See NOTE [ Entries are checked ])."""
+    try:  # non-blocking: a FIFO put there opens at once (and is refused), where open() would wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
     try:
-        with open(path, "rb") as f:
-            head = f.read(_HEAD)
-            if len(head) != _HEAD or head[:len(MAGIC)] != MAGIC:
-                return None
-            size = int.from_bytes(head[len(MAGIC):], "little")
-            if size > _MAX_HEADER:
-                return None
-            header = json.loads(f.read(size).decode("utf-8"))
-            total = os.fstat(f.fileno()).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        head = os.pread(fd, _HEAD, 0)
+        if len(head) != _HEAD or head[:len(MAGIC)] != MAGIC:
+            return None
+        size = int.from_bytes(head[len(MAGIC):], "little")
+        if size > _MAX_HEADER:
+            return None
+        header = json.loads(os.pread(fd, size, _HEAD).decode("utf-8"))
+        total = st.st_size
+        if (not isinstance(header, dict) or header.get("version") != VERSION or header.get("key") != key
+                or _data_start(size) + header.get("data_bytes", -1) != total
+                or header.get("crc32") != _checksum(fd, _data_start(size), total)):
+            return None
     except (OSError, ValueError, UnicodeDecodeError):
         return None
-    if (not isinstance(header, dict) or header.get("version") != VERSION or header.get("key") != key
-            or _data_start(size) + header.get("data_bytes", -1) != total):
-        return None
+    finally:
+        os.close(fd)
     arrays = {}
     for name, (dtype, shape, offset) in header["arrays"].items():
         shape, offset = tuple(shape), _data_start(size) + offset
@@ -134,6 +173,19 @@ def open_entry(path: str, key: Dict) -> Optional[Tuple[Dict, Dict[str, np.ndarra
     return header, arrays
 
 
+def _checksum(fd: int, start: int, end: int) -> int:
+    """CRC-32 of bytes ``start..end`` of the file, read in blocks (not mapped: See NOTE [ Entries are checked ])."""
+    crc, block = 0, bytearray(_CHECK_BLOCK)
+    view = memoryview(block)
+    while start < end:
+        n = os.preadv(fd, [view[:min(_CHECK_BLOCK, end - start)]], start)
+        if n <= 0:
+            return -1
+        crc = zlib.crc32(view[:n], crc)
+        start += n
+    return crc
+
+
 def write_entry(path: str, key: Dict, arrays: Dict[str, np.ndarray], **extra) -> bool:
     """Write the entry atomically (a private temporary file renamed into place); False, with one warning
     line per folder, when the folder cannot be written (the caller carries on without the cache)."""
@@ -143,7 +195,12 @@ def write_entry(path: str, key: Dict, arrays: Dict[str, np.ndarray], **extra) ->
         offset = -(-offset // _ALIGN) * _ALIGN
         layout[name] = [array.dtype.str, list(array.shape), offset]
         offset += array.nbytes
-    header = {"version": VERSION, "key": key, "arrays": layout, "data_bytes": offset, **extra}
+    crc, end = 0, 0  # of the data as written: each array after the zeros that align it
+    for name, array in arrays.items():
+        crc = zlib.crc32(bytes(layout[name][2] - end), crc)
+        crc = zlib.crc32(np.ascontiguousarray(array).data if array.nbytes else b"", crc)
+        end = layout[name][2] + array.nbytes
+    header = {"version": VERSION, "key": key, "arrays": layout, "data_bytes": offset, "crc32": crc, **extra}
     text = json.dumps(header, sort_keys=True).encode("utf-8")
     start = _data_start(len(text))
     tmp = None
@@ -167,6 +224,5 @@ def write_entry(path: str, key: Dict, arrays: Dict[str, np.ndarray], **extra) ->
                 pass
         if folder not in _warned:
             _warned.add(folder)
-            warnings.warn(f"cannot write the plan cache in {folder} ({e.strerror or e}); parsing without it "
-                          f"(set SPEECHITER_INDEX_DIR to a writable folder)", stacklevel=3)
+            warnings.warn(CacheWriteWarning(folder, e.strerror or str(e)), stacklevel=3)
         return False

@@ -29,8 +29,9 @@ __all__ = ["is_kaldi_segments", "read_wav_scp", "check_wav_scp", "check_wav_scp_
            "absolute_location"]
 
 _ARK_RE = re.compile(r"\.ark:[0-9]+$")
-_Unknown = List[Tuple[str, str]]  # (file:line, why) of the piped commands not read natively
-_wav_scp_cache: Dict[str, Tuple[Tuple[int, int], Dict[str, str], _Unknown]] = {}
+_Lines = List[Tuple[str, str]]  # (file:line, why) of the piped commands not read natively; (file:line, path)
+_wav_scp_cache: Dict[str, Tuple[Tuple[int, int], Dict[str, str], _Lines, _Lines]] = {}
+_SHOWN = 3
 _wav_scp_lock = threading.Lock()
 
 
@@ -47,15 +48,25 @@ def read_wav_scp(path: str) -> Dict[str, str]:
 
 def check_wav_scp(path: str, allow_commands: bool = False, how: str = "set the dataset's allow_commands: true") -> None:
     """Read ``path`` now (errors at build time, not in a worker, and not
-    blamed on one utterance) and refuse its piped commands that are not read
-    natively, all at once, unless ``allow_commands``; ``how`` says how to
-    allow them."""
-    unknown = _read(path)[1]
+    blamed on one utterance): refuse its local files that do not exist and
+    its piped commands that are not read natively, each all at once (the
+    latter unless ``allow_commands``; ``how`` says how to allow them)."""
+    _, unknown, files = _read(path)
+    missing = [(where, file) for where, file in files if not os.path.isfile(file)]
+    if missing:
+        shown = ", ".join(f"{where} ({file})" for where, file in missing[:_SHOWN])
+        more = f" and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
+        relative = any(not os.path.isabs(file) for _, file in missing)
+        rule = (f"; relative paths are read from the current folder, as in Kaldi, and were tried in {os.getcwd()}: "
+                f"start the run from the recipe's folder, or import the directory (python -m "
+                f"speechiter.importers.kaldi DIR OUT --root <folder>)" if relative else "")
+        raise DataError(f"{len(missing)} audio file{'s' if len(missing) > 1 else ''} of {path} do"
+                        f"{'' if len(missing) > 1 else 'es'} not exist: {shown}{more}{rule}")
     if not allow_commands:
         refuse_commands(unknown, how)
 
 
-def _read(path: str) -> Tuple[Dict[str, str], _Unknown]:
+def _read(path: str) -> Tuple[Dict[str, str], _Lines, _Lines]:
     try:
         stat = os.stat(path)
     except OSError:
@@ -63,21 +74,22 @@ def _read(path: str) -> Tuple[Dict[str, str], _Unknown]:
     stamp = (stat.st_mtime_ns, stat.st_size)
     cached = _wav_scp_cache.get(path)
     if cached is not None and cached[0] == stamp:
-        return cached[1], cached[2]
+        return cached[1:]
     with _wav_scp_lock:
-        table, unknown = _parse_wav_scp(path)
-        _wav_scp_cache[path] = (stamp, table, unknown)
-    return table, unknown
+        parsed = _parse_wav_scp(path)
+        _wav_scp_cache[path] = (stamp, *parsed)
+    return parsed
 
 
-def _parse_wav_scp(path: str) -> Tuple[Dict[str, str], _Unknown]:
+def _parse_wav_scp(path: str) -> Tuple[Dict[str, str], _Lines, _Lines]:
     try:
         with open(path, encoding="utf-8-sig") as f:  # -sig: a byte order mark is not part of the first id
             lines = f.read().split("\n")
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read wav.scp ({e})") from None
     table: Dict[str, str] = {}
-    unknown: _Unknown = []
+    unknown: _Lines = []
+    files: _Lines = []  # the local files read: paths and the input files of native commands
     for lineno, line in enumerate(lines, 1):
         parts = line.strip().split(None, 1)
         if not parts:
@@ -90,11 +102,15 @@ def _parse_wav_scp(path: str) -> Tuple[Dict[str, str], _Unknown]:
         if rec in table:
             raise DataError(f"{where}: duplicate recording id {rec!r}")
         table[rec] = location
+        file = location
         if is_piped(location):
             pipe = parse_pipe(location)
             if not pipe.native:
                 unknown.append((where, pipe.reason))
-    return table, unknown
+            file = pipe.file
+        if file is not None and not is_url(file):
+            files.append((where, file))
+    return table, unknown, files
 
 
 def check_wav_scp_entry(where: str, rec: str, location: str) -> None:

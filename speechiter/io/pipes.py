@@ -78,8 +78,9 @@ class Pipe:
 
 
 def is_piped(value: str) -> bool:
-    """Whether a wav.scp / idx2wav value (without any ``#t=`` suffix) is a piped command."""
-    return value.rstrip().endswith("|")
+    """Whether a wav.scp / idx2wav value is a piped command: ``cmd ... |``,
+    also with a ``#t=`` suffix after the ``|`` (a segment of its output)."""
+    return split_piped_value(value.rstrip()) is not None
 
 
 def split_piped_value(value: str) -> Optional[Tuple[str, str]]:

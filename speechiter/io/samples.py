@@ -52,16 +52,18 @@ def sample_range(start: float, end: Optional[float], frames: int, sample_rate: i
     None: open) in a file of ``frames`` samples (see NOTE [ Segment samples ]).
     ``names`` are the range and the file in a message: ``where: <range>
     starts at 5.0 s, at or past the end of <file> (4.000 s)``."""
-    first = half_up(start * sample_rate)
     what, whole = names
+    # the float checks first: a time no sample count can be (1e30 s, inf) is an error, not a rounding failure
+    first = half_up(start * sample_rate) if start * sample_rate < frames else frames
     if first >= frames:
         raise DataError(f"{where}: {what} starts at {start} s, at or past the end of {whole} "
                         f"({frames / sample_rate:.3f} s)")
     if end is None:
         return first, frames - first
-    count = compute_num_samples(end - start, sample_rate)
+    far = end - frames / sample_rate > MAX_OVERSHOOT
+    count = frames + 1 if far else compute_num_samples(end - start, sample_rate)
     if first + count > frames:
-        if end - frames / sample_rate > MAX_OVERSHOOT:
+        if far:
             raise DataError(f"{where}: {what} ends at {end} s, more than {MAX_OVERSHOOT} s past the end of "
                             f"{whole} ({frames / sample_rate:.3f} s)")
         count = frames - first

@@ -9,7 +9,9 @@ audio. So before this process first reads a byte range of an object, the
 without one is not a pack, and nothing is checked), and a listed shard is
 checked once per process:
 
-- local: ``os.stat`` against the recorded size and mtime;
+- local: ``os.stat`` against the recorded size and mtime, and then ``fstat`` of
+  the file each read opens (free: the read needs its size anyway), so a shard
+  replaced while a run reads it is caught at its next read;
 - S3 with a recorded ETag: every ranged read is a conditional GET
   (``If-Match``), so the store refuses a changed object with no extra request;
 - other stores: one ``info`` (HEAD) per shard per process: size, and ETag where
@@ -23,14 +25,15 @@ in folders speechiter does not write to; their records are in the
 ``shards.json`` beside the idx2 files instead, keyed by the shard's path
 (relative to that folder) or URL. A path column notes its idx2 files' folders
 (:func:`note_index_files`, in every process that reads it), and a shard not
-in its own folder's table is looked up in theirs.
+in its own folder's table is looked up in theirs. Such a shard changed after
+its import is imported again (the error names the importer), never resealed.
 """
 from __future__ import annotations
 
 import json
 import os
 import threading
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from speechiter.errors import DataError
 from speechiter.io.storage import _status, call, filesystem, is_url, read_range, redact
@@ -40,8 +43,10 @@ __all__ = ["SHARDS_FILE", "read_bytes", "shard_record", "clear_shards", "note_in
 SHARDS_FILE = "shards.json"
 _tables: Dict[str, Dict[str, dict]] = {}  # folder -> {shard name: record}; plain data, a forked child keeps it
 _checked: Dict[str, Optional[str]] = {}  # shard -> the ETag its reads are conditional on (None: checked)
+_local_records: Dict[str, dict] = {}  # local shard -> its record, compared with the file each read opens
 _index_folders: Dict[str, None] = {}  # folders of idx2 files whose shards.json may list shards elsewhere
 _index_tables: Dict[str, Dict[str, dict]] = {}  # index folder -> {shard path or URL: record}
+_IMPORTED = "_imported"  # a record's key, set where it comes from an import's table: (its folder, importer)
 _lock = threading.Lock()
 _first_reads: Dict[str, threading.Lock] = {}  # folder or shard -> held while its table is read or it is checked
 
@@ -51,6 +56,7 @@ def clear_shards() -> None:
     with _lock:
         _tables.clear()
         _checked.clear()
+        _local_records.clear()
         _index_tables.clear()
         _first_reads.clear()
 
@@ -82,28 +88,42 @@ def _split(file: str):
 
 
 def shard_record(file: str) -> Optional[dict]:
-    """The record ``shards.json`` keeps for ``file`` (None: not a listed shard)."""
+    """The record ``shards.json`` keeps for ``file`` (None: not a listed shard). A signed URL (one with a
+    query: a presigned https URL) has no table read beside it, which no signature covers; an idx2 folder's
+    table may list it, its query left out of the comparison."""
     folder, name = _split(file)
-    table = _tables.get(folder)
+    signed = is_url(file) and "?" in file
+    table = {} if signed else _tables.get(folder)
     if table is None:
         with _once(folder):  # the batches read ahead start together: one read of the table
             table = _tables.get(folder)
             if table is None:
-                table = _read_table(folder, file)
+                table = _read_table(folder, file)[0]
                 with _lock:
                     _tables[folder] = table
     record = table.get(name)
     if record is None and _index_folders:
-        key = file if is_url(file) else os.path.abspath(file)
+        key = _unsigned(file) if is_url(file) else os.path.abspath(file)
         for index in list(_index_folders):
             with _once(index):
                 if index not in _index_tables:
-                    _index_tables[index] = {(k if is_url(k) else os.path.normpath(os.path.join(index, k))): v
-                                            for k, v in _read_table(index).items()}
+                    shards, importer = _read_table(index)
+                    _index_tables[index] = {_index_key(index, k): {**v, _IMPORTED: (index, importer)}
+                                            for k, v in shards.items()}
             record = _index_tables[index].get(key)
             if record is not None:
                 break
     return record
+
+
+def _unsigned(url: str) -> str:
+    """A URL without its query (a presigned URL's signature, which changes each time it is signed)."""
+    return url.split("?", 1)[0]
+
+
+def _index_key(index: str, shard: str) -> str:
+    """An idx2 folder's shards.json key as :func:`shard_record` looks it up."""
+    return _unsigned(shard) if is_url(shard) else os.path.normpath(os.path.join(index, shard))
 
 
 def _once(key: str) -> threading.Lock:
@@ -112,9 +132,10 @@ def _once(key: str) -> threading.Lock:
         return _first_reads.setdefault(key, threading.Lock())
 
 
-def _read_table(folder: str, of: Optional[str] = None) -> Dict[str, dict]:
-    """The shard table in ``folder`` ({} where there is none); a store that cannot be read is an error naming
-    ``of``, the object whose table it is (the user never wrote shards.json)."""
+def _read_table(folder: str, of: Optional[str] = None) -> Tuple[Dict[str, dict], Optional[str]]:
+    """``({shard: record}, the importer that wrote it or None)`` of the shards.json in ``folder`` (({}, None)
+    where there is none); a store that cannot be read is an error naming ``of``, the object whose table it
+    is (the user never wrote shards.json)."""
     path = f"{folder}/{SHARDS_FILE}" if is_url(folder) else os.path.join(folder, SHARDS_FILE)
     if is_url(path):
         fs = filesystem(path)
@@ -130,24 +151,35 @@ def _read_table(folder: str, of: Optional[str] = None) -> Dict[str, dict]:
             with open(path, "rb") as f:
                 text = f.read()
         except FileNotFoundError:
-            return {}
+            return {}, None
         except OSError as e:
             raise DataError(f"{path}: cannot read the pack's shard table ({e.strerror or e})") from None
     if text is None:
-        return {}
+        return {}, None
     try:
-        shards = json.loads(text)["shards"]
+        document = json.loads(text)
+        shards = document["shards"]
         if not isinstance(shards, dict):
             raise TypeError
     except (ValueError, KeyError, TypeError):
         raise DataError(f"{redact(path)}: not a shard table (expected JSON with a 'shards' mapping)") from None
-    return shards
+    importer = document.get("importer")
+    return shards, importer if isinstance(importer, str) and importer.isidentifier() else None
 
 
-def _changed(file: str, what: str) -> DataError:
-    return DataError(f"{redact(file)}: the pack shard changed after it was written ({what}); write the pack again "
-                     f"(python -m speechiter.pack), or reseal a deliberate copy with "
-                     f"python -m speechiter.pack --reseal <pack folder>")
+def _changed(file: str, what: str, record: Optional[dict]) -> DataError:
+    """The error for a shard that is not what ``record`` says: packs are written again or resealed, shards
+    indexed in place (tar shards) imported again."""
+    imported = (record or {}).get(_IMPORTED)
+    if imported is None:
+        return DataError(f"{redact(file)}: the pack shard changed after it was written ({what}); write the pack "
+                         f"again (python -m speechiter.pack), or reseal a deliberate copy with "
+                         f"python -m speechiter.pack --reseal <pack folder>")
+    index, importer = imported
+    again = (f"python -m speechiter.importers.{importer} ... {index}" if importer else
+             f"the importer that wrote {os.path.join(index, SHARDS_FILE)}")
+    return DataError(f"{redact(file)}: the shard changed after it was imported ({what}); import the shards again "
+                     f"({again}), which indexes their members anew")
 
 
 def _check(file: str) -> Optional[str]:
@@ -167,25 +199,30 @@ def _check_now(file: str) -> Optional[str]:
     if record is not None:
         size = record.get("size")
         if not is_url(file):
-            st = os.stat(file)
-            if size is not None and st.st_size != size:
-                raise _changed(file, f"{st.st_size} bytes, {SHARDS_FILE} says {size}")
-            mtime = record.get("mtime_ns")
-            if mtime is not None and st.st_mtime_ns != mtime:
-                raise _changed(file, f"modified at mtime_ns {st.st_mtime_ns}, {SHARDS_FILE} says {mtime}")
+            _compare(file, os.stat(file), record)
+            _local_records[file] = record  # and again at each read (a shard replaced mid-run)
         elif record.get("etag") and file.split("://", 1)[0].lower() in ("s3", "s3a") \
                 and not os.environ.get("SPEECHITER_STORAGE_CACHE"):
             etag = record["etag"]  # checked by the store on every read
         else:
             info = call(file, lambda: filesystem(file).info(file), "read the object's size")
             if size is not None and int(info.get("size") or -1) != size:
-                raise _changed(file, f"{info.get('size')} bytes, {SHARDS_FILE} says {size}")
+                raise _changed(file, f"{info.get('size')} bytes, {SHARDS_FILE} says {size}", record)
             now = info.get("ETag") or info.get("etag")
             if record.get("etag") and now and now.strip('"') != str(record["etag"]).strip('"'):
-                raise _changed(file, f"ETag {now}, {SHARDS_FILE} says {record['etag']}")
+                raise _changed(file, f"ETag {now}, {SHARDS_FILE} says {record['etag']}", record)
     with _lock:
         _checked[file] = etag
     return etag
+
+
+def _compare(file: str, st: os.stat_result, record: dict) -> None:
+    """Raise the changed-shard error unless a local shard's stat matches its record."""
+    size, mtime = record.get("size"), record.get("mtime_ns")
+    if size is not None and st.st_size != size:
+        raise _changed(file, f"{st.st_size} bytes, {SHARDS_FILE} says {size}", record)
+    if mtime is not None and st.st_mtime_ns != mtime:
+        raise _changed(file, f"modified at mtime_ns {st.st_mtime_ns}, {SHARDS_FILE} says {mtime}", record)
 
 
 def read_bytes(file: str, first: int, last: int, short_ok: bool = False) -> bytes:
@@ -200,9 +237,13 @@ def read_bytes(file: str, first: int, last: int, short_ok: bool = False) -> byte
             fd = os.open(file, os.O_RDONLY)
         except OSError as e:
             raise DataError(f"{file}: cannot read it ({e.strerror or e})") from None
-        try:
-            data = os.pread(fd, last + 1 - first, first)
-            size = os.fstat(fd).st_size
+        try:  # never more than the file holds: a range can ask for up to 2^63 bytes
+            st = os.fstat(fd)
+            record = _local_records.get(file)
+            if record is not None:  # the file this read opened, not only the one first checked
+                _compare(file, st, record)
+            size = st.st_size
+            data = os.pread(fd, max(0, min(last + 1, size) - first), first) if first < size else b""
         finally:
             os.close(fd)
     if len(data) < last + 1 - first and not short_ok:
@@ -219,7 +260,7 @@ def _read_remote(url: str, start: int, end: int, etag: Optional[str]) -> bytes:
         try:
             return read_range(url, start, end)
         except DataError as e:
-            if "InvalidRange" in str(e) or " 416" in str(e):
+            if _unsatisfiable(e):
                 return b""
             raise
     fs = filesystem(url)
@@ -241,9 +282,15 @@ def _read_remote(url: str, start: int, end: int, etag: Optional[str]) -> bytes:
         except Exception as e:  # the store's answer decides: See NOTE [ Storage failures ] in storage.py
             status = _status(e)
             if status == 412 or "PreconditionFailed" in str(e):
-                raise _changed(url, f"its ETag is no longer {etag}") from None
-            if status == 416 or "InvalidRange" in str(e):
+                raise _changed(url, f"its ETag is no longer {etag}", shard_record(url)) from None
+            if status == 416 or _unsatisfiable(e):
                 return b""
             raise
 
     return call(url, read)
+
+
+def _unsatisfiable(error: BaseException) -> bool:
+    """Whether a store refused a range that starts past the object's end (416, as s3fs or botocore word it)."""
+    text = str(error)
+    return "InvalidRange" in text or " 416" in text or "range is not satisfiable" in text

@@ -62,6 +62,7 @@ _FRAGMENT_RE = re.compile(rf"#t=(?:npt:)?({NPT})(?:,({NPT}))?$")
 _BYTES_RE = re.compile(r"#bytes=([0-9]+)-([0-9]+)$")
 ROW_MARK = "#row="
 _ROW_RE = re.compile(r"#row=([0-9]+)$")
+_MAX_BYTE = 2 ** 63 - 1  # the largest file offset (off_t, and an HTTP Range as stores parse it)
 _CHUNK_RE = re.compile(r"^(.*?\.(?:hdf5|h5|npz|parquet)):(.+)$", re.IGNORECASE)
 
 
@@ -143,6 +144,9 @@ def split_byte_range(value: str) -> Tuple[str, Optional[ByteRange]]:
     if match is None:
         return value, None
     first, last = int(match.group(1)), int(match.group(2))
+    if last > _MAX_BYTE:
+        raise DataError(f"{value}: the byte range ends at byte {match.group(2)}, past what a file offset can be "
+                        f"(2^63 - 1)")
     if last < first:
         raise DataError(f"{value}: the byte range ends at byte {last}, before its first byte ({first})")
     return value[:match.start()], ByteRange(first, last)

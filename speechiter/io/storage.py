@@ -40,12 +40,16 @@ import time
 from typing import Callable, Dict, Optional, Tuple, TypeVar
 
 from speechiter.errors import DataError
+from speechiter.io.ranged import check_length, checked_s3
 
-__all__ = ["is_url", "redact", "filesystem", "call", "read_range", "INSTALL_HINT"]
+__all__ = ["is_url", "redact", "note_secrets", "filesystem", "call", "failure", "read_range", "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install 'speechiter[s3]'"
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _USERINFO_RE = re.compile(r"(?<=://)[^/@\s]+@")
+_PASSWORD_RE = re.compile(r"://[^/@:\s]*:([^/@\s]+)@")
+# user:password@host as a library quotes it back without its scheme ('Invalid bucket name "user:pw@bucket"')
+_BARE_USERINFO_RE = re.compile(r"[^\s/@:'\"()\[\]{}<>,;=]*:[^\s/@'\"]+@(?=[\w.-])")
 _SECRET_PARAM_RE = re.compile(
     r"([?&;](?:[^=&\s#]*(?:sig|signature|token|key|credential|secret|password|auth)[^=&\s#]*)=)[^&\s#]*",
     re.IGNORECASE)
@@ -58,14 +62,28 @@ def is_url(value: str) -> bool:
     return bool(_URL_RE.match(value))
 
 
+#: passwords seen in URLs in this process (``s3://user:password@...``), removed wherever they appear
+_PASSWORDS: Dict[str, None] = {}
+
+
+def note_secrets(text: str) -> None:
+    """Remember the passwords of the URLs in ``text``: a library's message may quote one on its own."""
+    for password in _PASSWORD_RE.findall(str(text)):
+        if len(password) >= 4 and password not in _PASSWORDS:
+            _PASSWORDS[password] = None
+
+
 def redact(text: str) -> str:
-    """``text`` without secrets: ``user:password@`` of URLs, query values
-    named like signatures, tokens, keys or credentials, and the values of the
-    secret AWS environment variables."""
-    text = _USERINFO_RE.sub("***@", str(text))
+    """``text`` without secrets: ``user:password@`` of URLs (also as a
+    library quotes it, without the scheme), the passwords seen in URLs,
+    query values named like signatures, tokens, keys or credentials, and the
+    values of the secret AWS environment variables."""
+    text = str(text)
+    note_secrets(text)
+    text = _BARE_USERINFO_RE.sub("***@", _USERINFO_RE.sub("***@", text))
     text = _SECRET_PARAM_RE.sub(r"\1***", text)
-    for name in _SECRET_ENV:
-        secret = os.environ.get(name)
+    secrets = [os.environ.get(name) for name in _SECRET_ENV] + list(_PASSWORDS)
+    for secret in secrets:
         if secret and len(secret) >= 4:
             text = text.replace(secret, "***")
     return text
@@ -136,7 +154,8 @@ def _make_filesystem(protocol: str, url: str):
         if protocol in ("s3", "s3a"):
             import s3fs
 
-            fs = s3fs.S3FileSystem(skip_instance_cache=True, config_kwargs={
+            # ranged answers checked: See NOTE [ Ranged answers are checked ] in speechiter/io/ranged.py
+            fs = checked_s3(s3fs.S3FileSystem)(skip_instance_cache=True, config_kwargs={
                 "connect_timeout": min(timeout, 10.0), "read_timeout": timeout,
                 "max_pool_connections": MAX_CONNECTIONS,
                 "retries": {"total_max_attempts": 1, "mode": "standard"}})
@@ -205,6 +224,8 @@ def _classify(error: BaseException) -> Tuple[str, bool]:
         return "no such object", False
     if isinstance(error, PermissionError) or status in (401, 403):
         return "access denied (check the credentials in the environment)", False
+    if type(error).__name__ == "NoCredentialsError":
+        return "no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)", False
     names = {cls.__name__ for cls in type(error).__mro__}
     if status is not None and status >= 500:
         return f"server error {status}", True
@@ -213,7 +234,7 @@ def _classify(error: BaseException) -> Tuple[str, bool]:
     if status is None and isinstance(error, OSError) and re.search(r"\b5\d\d\b|Service ?Unavailable|"
                                                                    r"InternalError", str(error)):
         return "server error", True
-    return "cannot read", False
+    return "failed", False
 
 
 def _reason(error: BaseException) -> str:
@@ -221,9 +242,17 @@ def _reason(error: BaseException) -> str:
     return redact(text if len(text) <= 200 else text[:197] + "...")
 
 
+def failure(url: str, error: BaseException, what: str = "read", tries: int = 1) -> DataError:
+    """The one-line DataError for ``error`` met doing ``what`` at ``url`` (redacted), after ``tries``."""
+    problem = _classify(error)[0]
+    after = f" after {tries} tries" if tries > 1 else ""
+    return DataError(f"{redact(url)}: cannot {what}: {problem}{after} ({_reason(error)})")
+
+
 def call(url: str, fn: Callable[[], T], what: str = "read") -> T:
     """``fn()``, tried again for transient errors; any failure becomes one
     DataError line naming the redacted ``url``."""
+    note_secrets(url)
     attempts = int(_env_number("SPEECHITER_STORAGE_ATTEMPTS", 3, int))
     for attempt in range(1, attempts + 1):
         try:
@@ -231,17 +260,16 @@ def call(url: str, fn: Callable[[], T], what: str = "read") -> T:
         except DataError:
             raise
         except Exception as e:  # fsspec backends raise many kinds; _classify sorts them
-            problem, transient = _classify(e)
-            if not transient or attempt == attempts:
-                tries = f" after {attempt} tries" if attempt > 1 else ""
-                raise DataError(f"{redact(url)}: cannot {what}: {problem}{tries} ({_reason(e)})") from None
+            if not _classify(e)[1] or attempt == attempts:
+                raise failure(url, e, what, attempt) from None
         time.sleep(_BACKOFF * 2 ** (attempt - 1))
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 def read_range(url: str, start: int, end: Optional[int]) -> bytes:
     """Bytes ``[start, end)`` of the object at ``url`` (fewer at its end; end
-    None: to the end): one request, or blocks of the local cache."""
+    None: to the end): one request, or blocks of the local cache; checked
+    (NOTE [ Ranged answers are checked ] in speechiter/io/ranged.py)."""
     fs = filesystem(url)
 
     def read():
@@ -251,4 +279,8 @@ def read_range(url: str, start: int, end: Optional[int]) -> bytes:
             f.seek(start)
             return f.read(-1 if end is None else end - start)
 
-    return call(url, read)
+    data = call(url, read)
+    if end is not None:
+        check_length(redact(url), start, end, len(data),
+                     lambda: call(url, lambda: int(fs.info(url)["size"]), "read the object's size"))
+    return data

@@ -20,6 +20,7 @@ import numpy as np
 
 from speechiter.checks import check_bool, check_int
 from speechiter.dataset.abs import Dataset
+from speechiter.dataset.bad_audio import plan_conf  # NOTE [ Skipped utterances ]: not part of the plan
 from speechiter.dataset.reader import DatasetReader
 from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.errors import DataError
@@ -68,6 +69,7 @@ class Iterator(EpochPlans):
             ``spawn``), ``spawn`` or ``fork``; see NOTE [ Start method ] in speechiter/sequence/start.py.
         out_type: ``cpu`` (torch tensors), ``cuda`` or ``null`` (numpy).
         buffer: batches in flight; default 2 per worker (at least 2).
+        hedge: build a late batch again on an idle worker (NOTE [ Hedging ] in speechiter/sequence/hedge.py).
         name: the iterator's name in reports (``train/sup``); also names its random stream.
         **iter_conf: options of :meth:`batches_generate_fn`.
 
@@ -85,13 +87,13 @@ class Iterator(EpochPlans):
                  rank: Optional[int] = None, world_size: Optional[int] = None, evaluation: bool = False,
                  engine: str = "msequence", thread_type: str = "proc", out_type: str = "cpu",
                  buffer: Optional[int] = None, start_method: Optional[str] = None, name: Optional[str] = None,
-                 **iter_conf):
+                 hedge: bool = True, **iter_conf):
         self.engine_settings = EngineSettings(kind=engine, num_workers=num_workers, thread_type=thread_type,
-                                              start_method=start_method, out_type=out_type, buffer=buffer)
+                                              start_method=start_method, out_type=out_type, buffer=buffer, hedge=hedge)
         self.pin_memory = check_bool(pin_memory, "pin_memory")  # SpeeChain's option; out_type decides
         rank, world_size = resolve_rank(check_bool(distributed, "distributed"), rank, world_size)
         # the options are checked before the dataset loads; the plan names the dataset's class once it is built
-        plan = BatchPlan(type=qualified_name(type(self)), dataset="", dataset_conf=dataset_conf,
+        plan = BatchPlan(type=qualified_name(type(self)), dataset="", dataset_conf=plan_conf(dataset_conf),
                          batches_per_epoch=batches_per_epoch, data_len=data_len, group_info=group_info,
                          is_descending=is_descending, shuffle=shuffle, ngpu=ngpu, rank=rank, world_size=world_size,
                          iter_conf=iter_conf, evaluation=evaluation, seed=seed, name=name or type(self).__name__)

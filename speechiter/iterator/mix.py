@@ -33,13 +33,12 @@ required: a mix has no natural epoch).
   (``sources``), checked on resume, so a state never resumes under another
   schedule.
 """
-import math
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from numbers import Real
 from typing import Any, Dict, List, Optional
 
-from speechiter.checks import check_int
+from speechiter.checks import check_int, is_finite
 from speechiter.engine import EngineSettings
 from speechiter.errors import ConfigError
 from speechiter.fingerprints import fingerprint, settings_summary
@@ -60,7 +59,7 @@ class MixIterator(Iterator):
             the YAML ``iterators: {name: {type, conf}}``).
         weights: ``{name: weight}``, one non-negative number per corpus, with a positive sum; normalised.
         batches_per_epoch: the mixed iterator's epoch, in batches (required).
-        seed, num_workers, engine, thread_type, start_method, out_type, buffer, pin_memory: as Iterator's;
+        seed, num_workers, engine, thread_type, start_method, out_type, buffer, hedge, pin_memory: as Iterator's;
             the loading options apply to the mix's one engine. ngpu, distributed, rank, world_size and
             evaluation shape each corpus's batches and are given to the corpora (build_iterators does).
         name: the iterator's name in reports and states.
@@ -80,9 +79,9 @@ class MixIterator(Iterator):
                  engine: str = "msequence", thread_type: str = "proc", start_method: Optional[str] = None,
                  out_type: str = "cpu", buffer: Optional[int] = None, pin_memory: bool = False, ngpu: int = 1,
                  distributed: bool = False, rank: Optional[int] = None, world_size: Optional[int] = None,
-                 evaluation: bool = False, name: Optional[str] = None):
+                 evaluation: bool = False, name: Optional[str] = None, hedge: bool = True):
         self.engine_settings = EngineSettings(kind=engine, num_workers=num_workers, thread_type=thread_type,
-                                              start_method=start_method, out_type=out_type, buffer=buffer)
+                                              start_method=start_method, out_type=out_type, buffer=buffer, hedge=hedge)
         self.pin_memory, self.ngpu, self.evaluation = pin_memory, ngpu, evaluation
         self.seed = check_int(seed, "seed", minimum=0)
         self.name = name or type(self).__name__
@@ -246,8 +245,8 @@ def check_weights(weights: Any, names: List[str]) -> Dict[str, Fraction]:
     for name, weight in weights.items():
         if str(name) not in names:
             raise ConfigError(f"weights.{name}", f"no iterator {name!r} in this mix (it has {', '.join(names)})")
-        if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight):
-            raise ConfigError(f"weights.{name}", f"expected a number, got {weight!r}")
+        if isinstance(weight, bool) or not isinstance(weight, Real) or not is_finite(weight):
+            raise ConfigError(f"weights.{name}", f"expected a number, got {weight!r}"[:200])
         if weight < 0:
             raise ConfigError(f"weights.{name}", f"expected a weight of 0 or more, got {weight!r}")
     exact = {str(name): Fraction(str(weight)) for name, weight in weights.items()}

@@ -157,8 +157,8 @@ class MixLoader(Loader):
         ids, padding, _ = super()._attributes(offset)
         return ids, padding, self.iterator.iterators[self._source(offset)].group_info
 
-    def __iter__(self):
-        for offset, batch in enumerate(super().__iter__()):
-            if isinstance(batch, Batch):
-                batch.source = self._source(offset)
-            yield batch
+    def _attach(self, offset: int, batch):
+        batch = super()._attach(offset, batch)
+        if isinstance(batch, Batch):
+            batch.source = self._source(offset)
+        return batch

@@ -28,11 +28,13 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def parse_size(text: str) -> int:
-    """``"256M"`` -> 268435456; K, M, G, T (powers of 1024), an optional B / iB."""
+    """``"256M"`` -> 268435456; K, M, G, T (powers of 1024), an optional B / iB; 1 byte to 1 PiB."""
     match = _SIZE_RE.match(str(text))
-    if match is None or float(match.group(1)) <= 0:
-        raise ValueError(f"shard_size should be a positive size such as 256M or 1G, but got {text!r}")
-    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    size = float(match.group(1)) * _UNITS[match.group(2).upper()] if match else 0.0
+    if not 1 <= size <= _UNITS["T"] << 10:
+        raise ValueError(f"shard_size should be a positive size up to 1024T, such as 256M or 1G, but got "
+                         f"{str(text)[:40]!r}")
+    return int(size)
 
 
 def _pick(built, group: str, name):
@@ -64,7 +66,10 @@ def _pack(args) -> dict:
     if not args.data_cfg or not args.out:
         raise DataError("give --data_cfg and --out (or --reseal DIR)")
     try:
-        built = build_iterators(load_config(args.data_cfg, args.set), num_workers=0, groups=(args.group,))
+        config = load_config(args.data_cfg, args.set)
+        if args.group not in config:
+            raise DataError(f"the recipe has no {args.group!r} group (it has {', '.join(config) or 'none'})")
+        built = build_iterators(config, num_workers=0, groups=(args.group,))
     except ConfigError as e:
         raise DataError(str(e)) from None
     iterator = _pick(built, args.group, args.iterator)
@@ -79,10 +84,10 @@ def _pack(args) -> dict:
 
 def _reseal(folder: str) -> dict:
     from speechiter.io.shards import SHARDS_FILE
-    from speechiter.pack.writer import _Out, shard_records
+    from speechiter.pack.out import Out, shard_records
 
     records = shard_records(folder)
-    with _Out(folder).open(SHARDS_FILE) as f:
+    with Out(folder).open(SHARDS_FILE) as f:
         f.write(json.dumps({"format": "speechiter-pack", "version": 1, "shards": records}, indent=1).encode())
     return {SHARDS_FILE: len(records)}
 
@@ -90,7 +95,8 @@ def _reseal(folder: str) -> dict:
 def main(argv=None) -> int:
     parser = Parser("speechiter.pack", __doc__)
     parser.add_argument("--data_cfg", help="the recipe (exp_cfg or data_cfg)")
-    parser.add_argument("--group", default="train", help="train, valid or test (default train)")
+    parser.add_argument("--group", default="train", choices=("train", "valid", "test"),
+                        help="train, valid or test (default train)")
     parser.add_argument("--iterator", help="the iterator's name, in a group of named iterators")
     parser.add_argument("--out", help="folder or URL the shards (and idx2 files) are written to")
     parser.add_argument("--idx2_out", help="folder for the idx2 files (default --out)")

@@ -39,39 +39,12 @@ from speechiter.ids import decode_ids
 from speechiter.io.shards import SHARDS_FILE, read_bytes
 from speechiter.io.source import parse_source
 from speechiter.io.storage import filesystem, is_url, redact
+from speechiter.pack.out import Out
 from speechiter.paths import resolve_data_path
 
-__all__ = ["DEFAULT_SHARD_SIZE", "write_pack", "shard_records"]
+__all__ = ["DEFAULT_SHARD_SIZE", "write_pack"]
 
 DEFAULT_SHARD_SIZE = 256 << 20
-
-
-class _Out:
-    """A folder or a URL prefix to write files into."""
-
-    def __init__(self, root: str):
-        self.root = root.rstrip("/") if is_url(root) else os.path.abspath(root)
-        if not is_url(root):
-            os.makedirs(self.root, exist_ok=True)
-
-    def path(self, name: str) -> str:
-        return f"{self.root}/{name}" if is_url(self.root) else os.path.join(self.root, name)
-
-    def open(self, name: str):
-        path = self.path(name)
-        return filesystem(path).open(path, "wb") if is_url(path) else open(path, "wb")
-
-    def record(self, name: str) -> dict:
-        """size, and mtime_ns or ETag, of a written file."""
-        path = self.path(name)
-        if not is_url(path):
-            st = os.stat(path)
-            return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
-        fs = filesystem(path)
-        fs.invalidate_cache(path)
-        info = fs.info(path)
-        etag = info.get("ETag") or info.get("etag")
-        return {"size": int(info["size"]), "etag": etag.strip('"') if etag else None}
 
 
 def _read_file(file: str) -> bytes:
@@ -89,7 +62,7 @@ def _read_file(file: str) -> bytes:
 class _Shards:
     """Blobs appended to numbered shards; a shard is closed at a batch boundary past ``size``."""
 
-    def __init__(self, out: _Out, size: int, relative: bool):
+    def __init__(self, out: Out, size: int, relative: bool):
         self.out, self.size, self.relative = out, size, relative
         self.names: List[str] = []
         self.f, self.used = None, 0
@@ -119,6 +92,15 @@ class _Shards:
             self.f.close()
             self.f = None
 
+    def abandon(self):
+        """Drop the shard being written, after a failure (a local file is closed, an upload left undone)."""
+        f, self.f = self.f, None
+        if f is not None and not is_url(f.path):
+            try:
+                f.close()
+            except DataError:
+                pass
+
 
 def _plan_ids(iterator) -> List[str]:
     seen, order = set(), []
@@ -135,7 +117,8 @@ def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_ou
     ``idx2_out``: where the idx2 files go (default ``out``). Returns
     ``{"shards": n, "utterances": n, "bytes": n, "files": {idx2 name: rows}}``."""
     dataset = iterator.dataset
-    shard_out, index_out = _Out(out), _Out(idx2_out or out)
+    shard_out, index_out = Out(out), Out(idx2_out or out)
+    copies = _copies(iterator, index_out)
     relative = shard_out.root == index_out.root and not is_url(shard_out.root)
     shards = _Shards(shard_out, shard_size, relative)
     packed: Dict[str, Dict[str, str]] = {key: {} for key in dataset.path_keys if key in dataset.main_data}
@@ -154,8 +137,10 @@ def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_ou
                     suffix = "" if source.time_range is None else value[value.rfind("#t="):]
                     values[uid] = shards.value(source.file, source.byte_range) + suffix
             shards.batch_done()
-    finally:
-        shards.close()
+    except BaseException:
+        shards.abandon()  # not closed: closing an upload to a store that failed would wait on it again
+        raise
+    shards.close()
     if kept:
         warnings.warn(f"{kept} values are HDF5 / npz entries, not whole files; they keep their original value",
                       stacklevel=2)
@@ -163,20 +148,30 @@ def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_ou
     with shard_out.open(SHARDS_FILE) as f:
         f.write(json.dumps({"format": "speechiter-pack", "version": 1, "shards": records}, indent=1).encode())
     written: Dict[str, int] = {}
-    for key, files in dataset.sources.items():
-        for file in files:
-            _copy_idx2(file, index_out, packed.get(key), written)
-    plan = iterator.plan
-    extra = [plan.data_len] if isinstance(plan.data_len, str) else list(plan.data_len or [])
-    for files in (plan.group_info or {}).values():
-        extra += [files] if isinstance(files, str) else list(files)
-    for file in extra:
-        _copy_idx2(os.fspath(file), index_out, None, written)
+    for file, key in copies:
+        _copy_idx2(file, index_out, None if key is None else packed.get(key), written)
     return {"shards": len(shards.names), "utterances": len(_plan_ids(iterator)),
             "bytes": sum(r["size"] for r in records.values()), "files": written}
 
 
-def _copy_idx2(file: str, out: _Out, values: Optional[Dict[str, str]], written: Dict[str, int]) -> None:
+def _copies(iterator, out: Out) -> List[Tuple[str, Optional[str]]]:
+    """``[(idx2 file, its main_data key or None)]`` the pack copies into ``out``; refused, before anything is
+    written, when a copy would replace the file itself (``--out`` the corpus's own folder)."""
+    copies = [(file, key) for key, files in iterator.dataset.sources.items() for file in files]
+    plan = iterator.plan
+    extra = [plan.data_len] if isinstance(plan.data_len, str) else list(plan.data_len or [])
+    for files in (plan.group_info or {}).values():
+        extra += [files] if isinstance(files, str) else list(files)
+    copies += [(os.fspath(file), None) for file in extra]
+    for file, _ in copies:
+        target = out.path(os.path.basename(file))
+        if not is_url(target) and os.path.exists(target) and os.path.samefile(target, file):
+            raise DataError(f"{file}: the pack's idx2 files would replace the recipe's own; give --out (or "
+                            f"--idx2_out) another folder than {os.path.dirname(target)}")
+    return copies
+
+
+def _copy_idx2(file: str, out: Out, values: Optional[Dict[str, str]], written: Dict[str, int]) -> None:
     """``file`` into ``out`` under its own name: packed values replaced,
     other path values made absolute (``values`` None: copied as it is)."""
     name = os.path.basename(file)
@@ -201,12 +196,3 @@ def _copy_idx2(file: str, out: _Out, values: Optional[Dict[str, str]], written: 
     with out.open(name) as f:
         f.write(data)
     written[name] = data.count(b"\n") + (not data.endswith(b"\n") and bool(data))  # rows, as the importers count
-
-
-def shard_records(folder: str) -> Dict[str, dict]:
-    """The records a shards.json in ``folder`` would hold now (``--reseal``)."""
-    out = _Out(folder)
-    path = out.path(SHARDS_FILE)
-    fs = filesystem(path) if is_url(path) else None
-    text = fs.cat_file(path) if fs else open(path, "rb").read()
-    return {name: out.record(name) for name in json.loads(text)["shards"]}

@@ -13,8 +13,9 @@ from speechiter.sequence.scheduler import InlineScheduler, Scheduler
 
 
 def start_scheduler(factory, *, num_workers: int, thread_type: str, start_method: Optional[str], out_type: str,
-                    buffer: int, num_converters: int, timeout: float) -> Scheduler:
-    """A started scheduler: inline for ``num_workers=0``, else a pool of ``thread_type`` workers.
+                    buffer: int, num_converters: int, timeout: float, hedge: bool = True) -> Scheduler:
+    """A started scheduler: inline for ``num_workers=0``, else a pool of ``thread_type`` workers that hedges
+    late batches unless ``hedge`` is False (NOTE [ Hedging ] in hedge.py).
 
     ``out_type`` must be resolved already (see convert.resolve_out_type).
     """
@@ -27,4 +28,4 @@ def start_scheduler(factory, *, num_workers: int, thread_type: str, start_method
         prefix = shm.session_prefix()
         slots = shm.SlotTable(prefix, buffer, tracked=True)  # See NOTE [ Segments of a killed main process ]
         pool = ProcPool(factory, num_workers, prefix, start_method)
-    return PoolScheduler(pool, slots, out_type, num_converters, buffer, timeout)
+    return PoolScheduler(pool, slots, out_type, num_converters, buffer, timeout, hedge)

@@ -49,12 +49,13 @@ class MSequence:
     the most seconds to wait for one batch (also for one built in the main
     process, see NOTE [ Inline timeout ] in watchdog.py), ``start_method`` the
     multiprocessing start method ('forkserver' by default where the OS has it,
-    else 'spawn'; see NOTE [ Start method ] in start.py; or 'fork').
+    else 'spawn'; see NOTE [ Start method ] in start.py; or 'fork'), ``hedge``
+    whether a late batch is built again on an idle worker (NOTE [ Hedging ] in hedge.py).
     """
 
     def __init__(self, worker, dset_size=None, num_workers=4, num_converters=None, batch_size=32,
                  buffer=10, shuffle=True, thread_type="proc", out_type="cuda", seed=None, *,
-                 batches=None, timeout=120.0, start_method=None):
+                 batches=None, timeout=120.0, start_method=None, hedge=True):
         if not callable(worker):
             raise ValueError(f"worker should be a picklable zero-argument callable returning an indexer, "
                              f"but got worker={worker!r}")
@@ -83,6 +84,9 @@ class MSequence:
             methods = multiprocessing.get_all_start_methods()
             _option(check_choice, start_method, "start_method", f"one of {methods} or None", methods)
         self._start_method = start_method
+        if not isinstance(hedge, bool):
+            raise ValueError(f"hedge should be True or False, but got hedge={hedge!r}")
+        self._hedge = hedge
         self._timeout = float(_option(check_positive_number, timeout, "timeout", "a positive number of seconds"))
         if seed is not None and not isinstance(seed, numbers.Integral):
             raise ValueError(f"seed should be an integer or None, but got seed={seed!r}")
@@ -178,7 +182,8 @@ class MSequence:
         self._plans = {}
         self._handle.start(start_scheduler(
             self._worker, num_workers=num_workers, thread_type=self._thread_type, start_method=self._start_method,
-            out_type=out_type, buffer=self._buffer, num_converters=self._num_converters, timeout=self._timeout))
+            out_type=out_type, buffer=self._buffer, num_converters=self._num_converters, timeout=self._timeout,
+            hedge=self._hedge))
         return self
 
     def finish(self) -> None:

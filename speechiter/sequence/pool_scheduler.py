@@ -40,47 +40,38 @@ messages and are raised, as WorkerError, when the consumer reaches that batch.
 """
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 from speechiter import interrupts
 from speechiter.errors import ResourceError, WorkerError
 from speechiter.sequence import shm
 from speechiter.sequence.convert import Converter, ConverterThreads, device_of, hand_over, wait_converted
-from speechiter.sequence.fetch import Task, describe_ids, same_task
+from speechiter.sequence.fetch import Task, describe_ids
+from speechiter.sequence.hedge import Hedger
 from speechiter.sequence.limits import sigbus_hint
+from speechiter.sequence.pending import Pending, leading_matches
 from speechiter.sequence.pools import WorkerPool
 from speechiter.sequence.promises import Promises
 from speechiter.sequence.scheduler import Run, Scheduler, as_sequence
 from speechiter.sequence.workers import POLL_S, Done, Failed, Fetch, Upcoming
 
 
-class _Pending:
-    """One dispatched task: in flight, received, or waiting to be discarded."""
-
-    __slots__ = ("seq", "task", "wid", "slot", "result", "discard", "future")
-
-    def __init__(self, seq, task, wid, slot):
-        self.seq, self.task, self.wid, self.slot = seq, task, wid, slot
-        self.result = None
-        self.discard = False
-        self.future = None
-
-
 class PoolScheduler(Scheduler):
     """Workers (processes or threads), per-worker queues and a reorder buffer.
 
-    See NOTE [ Ordering ], NOTE [ Lookahead ], NOTE [ Never wait forever ].
+    See NOTE [ Ordering ], NOTE [ Lookahead ], NOTE [ Never wait forever ], NOTE [ Hedging ] in hedge.py.
     """
 
     def __init__(self, pool: WorkerPool, slots: Optional[shm.SlotTable], out_type: str, num_converters: int,
-                 buffer: int, timeout: float):
+                 buffer: int, timeout: float, hedge: bool = True):
         super().__init__()
         self._pool = pool
+        self.hedger = Hedger(len(pool), hedge)  # See NOTE [ Hedging ] in hedge.py
         self._slots = slots  # SlotTable in process mode, None with threads
         self._buffer = buffer
         self._timeout = timeout
         self._share = out_type in ("null", "cpu")  # see NOTE [ Zero-copy batches ] in shm/slots.py
-        self._pending = {}  # seq -> _Pending: the reorder buffer and in-flight tasks
+        self._pending = {}  # seq -> Pending: the reorder buffer and in-flight tasks
         self._load = [0] * len(pool)  # tasks sent to each worker and not answered
         self._next_seq = 0
         self._window = 1  # places in the buffer, up to buffer: see NOTE [ Slow start ]
@@ -101,9 +92,9 @@ class PoolScheduler(Scheduler):
             for p in previous.entries[previous.consumed:]:
                 self._discard(p)
             prefetched = previous.ahead
-        reused = _leading_matches(prefetched, tasks)
+        reused = leading_matches(prefetched, tasks)
         entries, prefetched = prefetched[:reused], prefetched[reused:]
-        ahead = _leading_matches(prefetched, lookahead) if reused == len(tasks) else 0
+        ahead = leading_matches(prefetched, lookahead) if reused == len(tasks) else 0
         for p in prefetched[ahead:]:
             self._discard(p)
         self.prefetched = reused
@@ -125,35 +116,42 @@ class PoolScheduler(Scheduler):
             else:
                 break
         self._promise(run)
+        self.hedger.hedge(self._pending, self._load, self._attempt)  # See NOTE [ Hedging ] in hedge.py
 
     def _promise(self, run: Run):
         """Promise the tasks after the buffer to workers. See NOTE [ Promised tasks ] in promises.py."""
         for wid, task in self._promises.renew(run, self._load, self._turn):
             self._pool.send(wid, Upcoming(task))
 
-    def _send(self, task: Task) -> _Pending:
-        wid = self._promises.worker_for(task, self._load, self._turn)
+    def _send(self, task: Task) -> Pending:
+        wid = self._promises.worker_for(task, self.hedger.weighted(self._load), self._turn)
         self._turn = (wid + 1) % len(self._load)
-        p = _Pending(self._next_seq, task, wid, None)
+        p = self._attempt(task, wid)
+        self._pending[p.seq] = p
+        return p
+
+    def _attempt(self, task: Task, wid: int) -> Pending:
+        """Send ``task`` to worker ``wid`` under a new seq (and, with processes, a slot)."""
+        p = Pending(self._next_seq, task, wid, None)
         self._next_seq += 1
         if self._slots is None:
             msg = Fetch(p.seq, task)
         else:
             p.slot = self._slots.acquire()
             msg = Fetch(p.seq, task, self._slots.ref(p.slot))
-        self._pending[p.seq] = p
         self._load[wid] += 1
+        self.hedger.sent(wid, p.seq)
         self._pool.send(wid, msg)
         return p
 
-    def _release(self, p: _Pending):
+    def _release(self, p: Pending):
         del self._pending[p.seq]
         p.result = None
         if p.slot is not None:
             self._slots.release(p.slot)
             p.slot = None
 
-    def _discard(self, p: _Pending):
+    def _discard(self, p: Pending):
         if p.future is not None:
             p.future.cancel()
             try:
@@ -177,13 +175,19 @@ class PoolScheduler(Scheduler):
         for msg in messages:
             if msg.seq is None:  # the worker could not build its indexer
                 raise WorkerError(self._failure_text(msg, None), msg.exit_code) from None
-            p = self._pending[msg.seq]
+            extra = self.hedger.extra.pop(msg.seq, None)  # a copy, or an attempt a copy beat
+            p = self._pending[msg.seq] if extra is None else extra
             self._load[p.wid] -= 1
+            self.hedger.arrived(p.wid, msg.seq)
             self._window = min(self._window + 1, self._buffer)
             if isinstance(msg, Done) and self._slots is not None:
                 self._slots.accept(msg.payload.slot)
             self._promises.wanted |= isinstance(msg, Done) and msg.read_ahead  # NOTE [ Promised tasks ]
-            if p.discard:
+            if extra is not None:
+                dropped = self.hedger.settle(extra, isinstance(msg, Done), self._pending, msg)
+                if dropped is not None and dropped.slot is not None:
+                    self._slots.release(dropped.slot)
+            elif p.discard:
                 self._release(p)
             else:
                 p.result = msg
@@ -196,7 +200,7 @@ class PoolScheduler(Scheduler):
                 raise ResourceError(message + sigbus_hint())
             raise RuntimeError(message)
 
-    def _wait(self, run: Run, i: int) -> _Pending:
+    def _wait(self, run: Run, i: int) -> Pending:
         """Block until task ``i`` of ``run`` has its result. See NOTE [ Never wait forever ].
 
         The task may not even be dispatched yet while discarded tasks still
@@ -218,7 +222,7 @@ class PoolScheduler(Scheduler):
                     f"no batch after waiting {self._timeout:g} s (timeout={self._timeout:g}) for batch "
                     f"{p.task.position} from loading worker {p.wid} (pid {self._pool.pid(p.wid)}), "
                     f"ids {describe_ids(p.task.ids)}")
-            self._receive(min(remaining, POLL_S))
+            self._receive(min(remaining, POLL_S, self.hedger.wait_s(self._load)))
 
     def _failure_text(self, msg: Failed, task: Optional[Task]) -> str:
         where = (f"while building batch {task.position} (ids {describe_ids(task.ids)})" if task is not None
@@ -228,7 +232,7 @@ class PoolScheduler(Scheduler):
 
     # ------------------------------------------------------------- convert
 
-    def _resolver(self, p: _Pending):
+    def _resolver(self, p: Pending):
         """A reader of p's slot, mapped here, in the consumer thread (converter threads only make views).
 
         A shared reader owns the slot from now on. See NOTE [ Zero-copy batches ] in shm/slots.py.
@@ -241,7 +245,7 @@ class PoolScheduler(Scheduler):
             p.slot = None
         return reader
 
-    def _submit(self, p: _Pending):
+    def _submit(self, p: Pending):
         if isinstance(p.result, Done) and p.future is None:
             payload = p.result.payload
             resolver = self._resolver(p)
@@ -286,14 +290,7 @@ class PoolScheduler(Scheduler):
                 self._pool.close()
             finally:
                 self._pending.clear()
+                self.hedger.extra.clear()
                 if self._slots is not None:
                     self._slots.close()
-
-
-def _leading_matches(prefetched: List[_Pending], tasks: Sequence[Task]) -> int:
-    """How many of ``prefetched``, from the first, are ``tasks``' first ones."""
-    n = 0
-    while n < min(len(prefetched), len(tasks)) and same_task(prefetched[n].task, tasks[n]):
-        n += 1
-    return n
 

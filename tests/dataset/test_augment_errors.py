@@ -110,9 +110,10 @@ def test_bad_noise_and_rir_files_name_the_list_and_the_file(tmp_path, make_recip
 
 
 def test_unreadable_noise_file(tmp_path, make_recipe, corpus):
-    (tmp_path / "idx2noise").write_text("gone gone.wav\n")
-    with pytest.raises(DataError, match=r"dataset_conf\.augment\[0\]\.noise \(noise gone from .*idx2noise\): "
-                                        r".*gone\.wav: no such file"):
+    (tmp_path / "junk.wav").write_bytes(b"RIFF not really a wav file")  # a missing one: tests/dataset/test_augment_safety.py
+    (tmp_path / "idx2noise").write_text("junk junk.wav\n")
+    with pytest.raises(DataError, match=r"dataset_conf\.augment\[0\]\.noise \(noise junk from .*idx2noise\): "
+                                        r".*junk\.wav: "):
         first_batch(build(make_recipe, corpus, [{"type": "noise", "noise": str(tmp_path / "idx2noise")}]))
 
 

@@ -244,8 +244,9 @@ def test_a_file_changed_or_truncated_after_import_is_named_when_read(tmp_path, m
     recipe = write_recipe(tmp_path / "b.yaml", tmp_path / "index")
     data = names[1].read_bytes()
     names[1].write_bytes(data[:-10])
-    with pytest.raises(DataError, match=r"pq/train-00001-of-00002.parquet: the pack shard changed after it was "
-                                        r"written \(\d+ bytes, shards.json says \d+\)"):
+    with pytest.raises(DataError, match=r"pq/train-00001-of-00002.parquet: the shard changed after it was "
+                                        r"imported \(\d+ bytes, shards.json says \d+\); import the shards again "
+                                        r"\(python -m speechiter.importers.parquet ... "):
         batches(recipe, num_workers=0)
     (tmp_path / "index" / "shards.json").unlink()  # no record: the footer tells
     shards.clear_shards()
@@ -316,5 +317,5 @@ def test_parquet_on_s3_gives_the_batches_and_a_changed_object_is_named(tmp_path,
     s3_client.put_object(Bucket=bucket, Key=key, Body=data[:-1] + b"\1")  # same size, another ETag
     shards.clear_shards()
     parquet_io.clear_metadata()
-    with pytest.raises(DataError, match=r"the pack shard changed after it was written \(its ETag is no longer"):
+    with pytest.raises(DataError, match=r"the shard changed after it was imported \(its ETag is no longer"):
         batches(indexed, num_workers=0)

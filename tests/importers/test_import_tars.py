@@ -248,8 +248,9 @@ def test_a_shard_that_changed_after_indexing_is_named_when_read(tmp_path, make_c
     shards.clear_shards()
     with open(tmp_path / "nemo" / "audio_1.tar", "ab") as f:
         f.write(b"\0" * 512)
-    with pytest.raises(DataError, match=r"nemo/audio_1.tar: the pack shard changed after it was written "
-                                        r"\(\d+ bytes, shards.json says \d+\)"):
+    with pytest.raises(DataError, match=r"nemo/audio_1.tar: the shard changed after it was imported \(\d+ bytes, "
+                                        r"shards.json says \d+\); import the shards again \(python -m "
+                                        r"speechiter.importers.nemo ... .*index\)"):
         batches(recipe, num_workers=0)
 
 
@@ -303,5 +304,5 @@ def test_shards_on_s3_are_indexed_with_ranged_reads_and_give_the_batches(tmp_pat
     data = s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
     s3_client.put_object(Bucket=bucket, Key=key, Body=data[:-1] + b"\1")  # same size, another ETag
     shards.clear_shards()
-    with pytest.raises(DataError, match=r"the pack shard changed after it was written \(its ETag is no longer"):
+    with pytest.raises(DataError, match=r"the shard changed after it was imported \(its ETag is no longer"):
         batches(indexed, num_workers=0)

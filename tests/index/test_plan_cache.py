@@ -141,7 +141,7 @@ def test_damaged_entries_are_rebuilt(tmp_path, cache, damage):
         elif damage == "foreign":
             path.write_bytes(b"not an index at all" + data[19:])
         elif damage == "version":
-            path.write_bytes(data.replace(b'"version": 1', b'"version": 9', 1))
+            path.write_bytes(data.replace(b'"version": %d' % store.VERSION, b'"version": 99', 1))
         else:
             path.write_bytes(b"")
         assert store.open_entry(str(path), json.loads(data[16:16 + int.from_bytes(data[8:16], "little")])["key"]) \

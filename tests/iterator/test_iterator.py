@@ -296,6 +296,7 @@ def test_group_info_and_accessors(lengths_corpus):
     ({"batches_per_epoch": 0}, "batches_per_epoch"),
     ({"ngpu": -1}, "ngpu"),
     ({"engine": "fast"}, "engine"),
+    ({"hedge": "yes"}, "hedge: expected true or false, got 'yes'"),
     ({"is_descending": "yes"}, "is_descending"),
     ({"group_info": ["x"]}, "group_info"),
     ({"rank": 2, "world_size": 2}, "rank"),

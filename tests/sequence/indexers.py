@@ -241,3 +241,34 @@ class FileHog:
     def __getitem__(self, ids):
         self.files = [open(os.devnull) for _ in range(1 << 20)]
         return np.asarray(ids)
+
+
+class Stalled:
+    """Batch ``[position, ...]`` seeded by its position; the ``stall``-th build of position ``at`` (1: the
+    task's own attempt, 2: its copy; counted across workers with files in ``folder``) waits until the file
+    ``folder/release`` exists (at most ``most_s`` s), the others take ``build_s`` (``slow_s`` for the other
+    build of ``at``)."""
+
+    def __init__(self, folder, at, stall=1, build_s=0.01, slow_s=None, most_s=60.0):
+        self.folder, self.at, self.stall = str(folder), at, stall
+        self.build_s, self.slow_s, self.most_s = build_s, slow_s, most_s
+
+    def __getitem__(self, ids):
+        pause = self.build_s
+        if ids[0] == self.at:
+            build = 1
+            while True:
+                try:
+                    os.close(os.open(os.path.join(self.folder, f"build{build}"), os.O_CREAT | os.O_EXCL))
+                    break
+                except FileExistsError:
+                    build += 1
+            if build == self.stall:
+                deadline = time.monotonic() + self.most_s
+                while not os.path.exists(os.path.join(self.folder, "release")) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            elif self.slow_s is not None:
+                pause = self.slow_s
+        time.sleep(pause)
+        return {"x": np.random.default_rng(int(ids[0])).standard_normal((len(ids), 64)).astype(np.float32),
+                "ids": [int(i) for i in ids]}

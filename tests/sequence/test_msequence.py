@@ -95,6 +95,7 @@ def test_batches_option_is_the_plan():
     (dict(buffer=0), "buffer should be a positive integer"),
     (dict(timeout=0), "timeout should be a positive number"),
     (dict(dset_size=None), "dset_size should be"),
+    (dict(hedge="no"), "hedge should be True or False, but got hedge='no'"),
 ])
 def test_option_errors_name_the_option(bad, message):
     options = dict(dset_size=10, out_type="cpu")

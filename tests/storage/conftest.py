@@ -153,14 +153,17 @@ class Proxy:
     ``mode``, forwards ("ok"), drops the connection without an answer
     ("drop"), stalls until closed ("stall"), or answers 503 to the next
     ``fail_next`` requests first. ``hold``, if set, is called before each
-    request is handled."""
+    request is handled. :meth:`stall_some` makes chosen requests wait before
+    they are forwarded (a slow tail)."""
 
     def __init__(self, target):
         import http.server
+        import itertools
         import threading
 
         self.target, self.mode, self.fail_next, self.requests = target, "ok", 0, []
         self.hold = None
+        self.stall, self.stall_s, self.numbers = None, 0.0, itertools.count(1)
         self.released = threading.Event()
         proxy = self
 
@@ -172,8 +175,11 @@ class Proxy:
 
             def _any(self):
                 proxy.requests.append((self.command, self.path, self.headers.get("Range")))
+                number = next(proxy.numbers)
                 if proxy.hold is not None:
                     proxy.hold()
+                if proxy.stall is not None and proxy.stall(number):
+                    proxy.released.wait(proxy.stall_s)  # then forwarded as usual (close() ends the wait)
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if proxy.mode == "drop":
                     self.close_connection = True
@@ -201,6 +207,13 @@ class Proxy:
 
     def gets(self):
         return [r for r in self.requests if r[0] == "GET"]
+
+    def stall_some(self, which, seconds: float):
+        """From now on, request number n (counted from 1 now) waits ``seconds`` when ``which(n)``;
+        ``which`` None stalls none."""
+        import itertools
+
+        self.stall, self.stall_s, self.numbers = which, seconds, itertools.count(1)
 
     def close(self):
         self.released.set()

@@ -4,12 +4,15 @@
 A list is one idx2 file or several (``<id> <value>`` per line, values as in
 ``main_data``: local files, URLs, pack entries, time ranges), read when the
 dataset is built; a missing, unreadable or empty list is a ConfigError naming
-its YAML path. Its files are read in the workers when a draw first picks
-them, with :func:`speechiter.io.read.read_feat` at the dataset's sample rate
-(a file stored at another rate is resampled with soxr, as speech is), and
-checked then: a file with more than one channel, shorter than one frame, or
-all zeros (a silent noise has no SNR; a zero RIR erases the speech) is a
-DataError naming the YAML path, the list and the file.
+its YAML path. Its local files must exist then (all missing ones are one
+DataError, with their count and the first few as ``file:line``). Its files are
+read in the workers when a draw first picks them, with
+:func:`speechiter.io.read.read_feat` at the dataset's sample rate (a file
+stored at another rate is resampled with soxr, as speech is), and checked
+then: a file with more than one channel, shorter than one frame, all zeros (a
+silent noise has no SNR; a zero RIR erases the speech), or holding a NaN or
+infinite sample (it would make every batch it touches NaN) is a DataError
+naming the YAML path, the list and the file.
 
 Each process keeps the files it has read in a least-recently-used cache of at
 most ``cache_mb`` MB (float32, 4 bytes a sample: 256 MB holds 4.2 hours at
@@ -26,12 +29,15 @@ import numpy as np
 from speechiter.dataset.augment.cache import ArrayCache
 from speechiter.errors import ConfigError, DataError
 from speechiter.idx2 import read_idx2
+from speechiter.idx2_lines import numbered_entries
 from speechiter.io.read import read_feat
+from speechiter.io.source import parse_source
 from speechiter.io.storage import redact
 from speechiter.paths import resolve_data_path
 
 #: default cache per list and process, MB
 CACHE_MB = 256
+_SHOWN = 3
 
 
 class AudioList:
@@ -62,6 +68,7 @@ class AudioList:
                 raise ConfigError(at, f"{file}: lists no {kind} file")
             self.ids += ids
             self.values += [resolve_data_path(v, file) for v in values]
+            _check_files(file, ids, self.values[-len(ids):], at, kind)
         self.sources = [os.fspath(f) for f in files]
         self.cache = ArrayCache(int(cache_mb * 1e6))
 
@@ -93,6 +100,10 @@ class AudioList:
         if not np.any(wave):
             problem = "is all silent (the SNR is undefined)" if self.kind == "noise" else "is all zeros"
             raise self.error(index, f"{redact(value)}: {problem}")
+        finite = np.isfinite(wave)
+        if not finite.all():
+            raise self.error(index, f"{redact(value)}: sample {int(np.argmin(finite))} is {wave[~finite][0]} "
+                                    f"({int((~finite).sum())} samples are NaN or infinite)")
         wave.flags.writeable = False  # shared by every draw that picks it
         return wave
 
@@ -100,3 +111,22 @@ class AudioList:
         """A DataError naming the YAML path under dataset_conf, the list and the file's id."""
         listed = ", ".join(self.sources)
         return DataError(f"dataset_conf.{self.where} ({self.kind} {self.ids[index]} from {listed}): {problem}")
+
+
+def _check_files(listed: str, ids: List[str], values: List[str], where: str, kind: str) -> None:
+    """Raise one DataError naming the local files of a list that do not exist (count, first few as file:line)."""
+    missing = [(uid, value) for uid, value in zip(ids, values) if not _exists(value)]
+    if not missing:
+        return
+    with open(listed, encoding="utf-8-sig", errors="replace") as f:
+        lines = {uid: n for n, uid, _ in numbered_entries(f.read())}
+    shown = ", ".join(f"{listed}:{lines.get(uid, '?')} ({value})" for uid, value in missing[:_SHOWN])
+    more = f" and {len(missing) - _SHOWN} more" if len(missing) > _SHOWN else ""
+    raise DataError(f"dataset_conf.{where}: {len(missing)} of the {len(values)} {kind} files {listed} lists do not "
+                    f"exist: {shown}{more}")
+
+
+def _exists(value: str) -> bool:
+    """Whether a list value's file is there (URLs are checked when read)."""
+    source = parse_source(value)
+    return source.is_url or source.pipe is not None or os.path.isfile(source.file)

@@ -13,8 +13,13 @@ def check_prob(value: Any, where: str) -> float:
     return value
 
 
-def check_range(value: Any, where: str, unit: str) -> Tuple[float, float]:
-    """``[low, high]`` with low <= high (a single number is ``[x, x]``)."""
+#: the largest SNR or gain, in dB, either way: float32 holds about 144 dB between a sample and its rounding
+#: error, so past this the mix is the speech or the noise alone, and gains past it overflow float32 soon after
+DB_LIMIT = 120.0
+
+
+def check_range(value: Any, where: str, unit: str, limit: float = DB_LIMIT) -> Tuple[float, float]:
+    """``[low, high]`` with low <= high (a single number is ``[x, x]``), both within ``[-limit, limit]``."""
     if not isinstance(value, (list, tuple)):
         value = [value, value]
     if len(value) != 2:
@@ -22,6 +27,9 @@ def check_range(value: Any, where: str, unit: str) -> Tuple[float, float]:
     low, high = (float(check_number(v, where)) for v in value)
     if low > high:
         raise ConfigError(where, f"the range is reversed: [{low:g}, {high:g}] {unit}; write [{high:g}, {low:g}]")
+    if not -limit <= low <= high <= limit:
+        raise ConfigError(where, f"expected values within [{-limit:g}, {limit:g}] {unit}, got [{low:g}, {high:g}]: "
+                                 f"float32 audio cannot hold the result past that")
     return low, high
 
 
