@@ -54,7 +54,7 @@ def test_handbook_resume_example(tmp_path, demo_root):
     assert done.stdout.strip().startswith("resumed at ")
 
 
-# --- every recipe of the handbook, README and recipes/, as written (issue 31) ----------------------------
+# --- every recipe of the handbook, README, recipes/ and examples/, as written (issue 31) ----------------------------
 #
 # A YAML block that shows a shape with `...` is a fragment; every other block is a recipe. Its /path/to/...
 # placeholders, and the relative folders it names, are made in a folder of test data (``world``); the recipe
@@ -79,7 +79,7 @@ def yaml_blocks(path: Path):
 
 RECIPE_BLOCKS = [(name, text) for doc in ("README.md", "handbook.md") for name, text in yaml_blocks(REPO / doc)
                  if "..." not in text]
-SHIPPED = sorted((REPO / "recipes").rglob("*.yaml"))
+SHIPPED = sorted((REPO / "recipes").rglob("*.yaml")) + sorted((REPO / "examples").rglob("*.yaml"))
 
 
 @pytest.fixture(scope="module")
