@@ -218,6 +218,7 @@ class RunState:
     settings: Optional[Dict[str, Dict[str, Any]]] = None  # {label: settings_summary} of every iterator of the run
     world_size: Optional[int] = None  # the ranks of the run that saved it, one state file each (from version 4)
     scheme: str = CURRENT
+    version: int = STATE_VERSION  # the version it was saved as (its files must agree; see state_files.py)
 
     @property
     def epoch(self) -> int:

@@ -20,18 +20,36 @@ they wait for each other (a barrier) before writing, so that no rank
 overwrites a file another is still reading. A job killed before that first
 write and wait are done leaves files of two runs: both stand at or after the
 position the later run resumed from, and the later run's at it, so the
-earliest is still that position. States of versions 1 to 3 (no world size)
-resume on the same ranks only: each rank reads its own file.
+earliest is still that position. States of versions 1 to 3 resume on the same
+ranks only: each rank reads its own file.
+
+Without ``--distributed``, ``--resume FILE.rank<r>`` (any rank's file) reads
+the same files and continues from the earliest, on one process: a rank's own
+position would skip the steps the other ranks had not done. A file that holds
+one rank of a bigger run under a name without ``.rank<r>``, a rank file whose
+run had no such rank, and a missing file of the saving run are errors, never
+a resume from part of the run.
+
+# NOTE [ First state files ]
+Before the first step, every rank of a run stands at the same position, and a
+state holds no rank, so rank 0 writes that first state into every rank's file,
+the highest rank first, and the others only wait for it. A job killed while
+rank 0 writes them leaves rank 0's file of the run before (its files all
+stand at or after that position), or every file of this run: never a rank 0
+of this run beside an older run's file that stands earlier, which a file each
+rank wrote for itself could leave. Temporaries (``FILE.tmp<pid>``) of writers
+that were killed are removed there, and at ``--resume``.
 """
+import glob
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from speechiter.build import flat_iterators
-from speechiter.dump import rank_path
+from speechiter.dump import rank_files, rank_path, split_rank
 from speechiter.errors import ConfigError
 from speechiter.group import policy_of
 from speechiter.state import GroupState, RunState
-from speechiter.state_keys import CURRENT
+from speechiter.state_keys import CURRENT, ELASTIC_VERSION
 from speechiter.state_versions import read_run_state, run_configuration
 from speechiter.user_files import read_json, write_json_atomic
 
@@ -43,27 +61,63 @@ def read_state(path: str) -> RunState:
     return read_run_state(read_json(path, WHERE), WHERE)
 
 
+def _missing(path: str, distributed: bool) -> ConfigError:
+    """No state file at ``path`` (under --distributed, nor at ``path.rank0``), with what lies there instead."""
+    first = rank_path(path, 0)
+    others = rank_files(path)
+    shown = ", ".join(others[:3]) + (f" ... ({len(others)} files)" if len(others) > 3 else "")
+    if distributed:
+        return ConfigError(WHERE, f"no such state file: {first}" + (f" (found {shown})" if others else ""))
+    if others:
+        return ConfigError(WHERE, f"no such state file: {path}; a --distributed run saved {shown}: resume from "
+                                  f"them with --resume {others[0]} (its run's other rank files are read too), or "
+                                  f"under torchrun with --distributed --resume {path}")
+    return ConfigError(WHERE, f"no such state file: {path}")
+
+
 def saved_states(path: str, rank: int, distributed: bool) -> List[Tuple[str, RunState]]:
     """``[(file, state)]`` of the run that saved ``--resume path`` (see NOTE [ State files ])."""
-    if not distributed:
-        return [(path, read_state(path))]
-    first = rank_path(path, 0)
-    states = [(first, read_state(first))]
-    world_size = states[0][1].world_size
-    if world_size is None:  # a state before version 4: saved by a run of these ranks
+    first = rank_path(path, 0) if distributed else path
+    if distributed and os.path.exists(first) and os.path.exists(path):
+        raise ConfigError(WHERE, f"both {path} (a run without --distributed) and {first} (a --distributed run) "
+                                 f"exist: resume from one by its own name (--resume {first} reads its run's other "
+                                 f"rank files too), and move the other aside")
+    if not os.path.exists(first):
+        if not distributed or not os.path.exists(path):
+            raise _missing(path, distributed)
+        first = path  # saved without --distributed, or a rank's own file named
+    state = read_state(first)
+    if state.version < ELASTIC_VERSION:  # the same ranks only: each rank its own file
         own = rank_path(path, rank)
-        return [(own, read_state(own))] if rank else states
-    for other in range(1, world_size):
-        source = rank_path(path, other)
-        try:
-            state = read_state(source)
-        except ConfigError:
-            if not os.path.exists(source):
-                raise ConfigError(WHERE, f"{source} is missing: the run that wrote {first} had {world_size} "
-                                         f"ranks, each with its own state file") from None
-            raise
-        states.append((source, state))
+        return [(own, read_state(own))] if distributed and rank and first != path else [(first, state)]
+    if state.world_size == 1:
+        return [(first, state)]
+    base, index = (path, 0) if first != path else split_rank(first) or (None, None)
+    if base is None:
+        raise ConfigError(WHERE, f"{first} holds one rank's state of a run of {state.world_size} ranks, and its name "
+                                 f"has no .rank<r> to find the other ranks' files by: resume from the files as "
+                                 f"--save_state named them (FILE.rank0 ... FILE.rank{state.world_size - 1})")
+    if index >= state.world_size:
+        raise ConfigError(WHERE, f"{first} was saved by a run of {state.world_size} ranks, which has no rank {index}")
+    states = []
+    for other in range(state.world_size):
+        source = rank_path(base, other)
+        saved = state if other == index else _read_rank_file(source, first, state.world_size)
+        if saved.version < ELASTIC_VERSION:
+            raise ConfigError(WHERE, f"{source} is a state of version {saved.version}, {first} of version "
+                                     f"{state.version}: not the files of one run")
+        if saved.world_size <= other:
+            raise ConfigError(WHERE, f"{source} was saved by a run of {saved.world_size} ranks, which has no rank "
+                                     f"{other}: not a state file of the run that wrote {first}")
+        states.append((source, saved))
     return states
+
+
+def _read_rank_file(source: str, first: str, world_size: int) -> RunState:
+    if not os.path.exists(source):
+        raise ConfigError(WHERE, f"{source} is missing: the run that wrote {first} had {world_size} ranks, each "
+                                 f"with its own state file")
+    return read_state(source)
 
 
 def earliest(states: List[Tuple[str, RunState]]) -> Tuple[str, RunState]:
@@ -78,6 +132,27 @@ def configuration_of(iterators: Dict, scheme: str) -> Tuple[str, Dict[str, Dict[
     return run_configuration({label: it.configuration(scheme) for label, it in flat_iterators(iterators)}, policy)
 
 
+def remove_temporaries(path: str) -> None:
+    """Remove ``path.tmp<pid>`` files whose writer is gone (a kill during write_json_atomic)."""
+    for name in glob.glob(f"{glob.escape(path)}.tmp*"):
+        pid = name[len(path) + 4:]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 class StateFiles:
     """A command line run's state files: ``save`` writes this rank's, ``resume`` reads the saving run's
     (see NOTE [ State files ])."""
@@ -86,6 +161,7 @@ class StateFiles:
                  world_size: int = 1):
         self.iterators, self.seed, self.distributed = iterators, seed, distributed
         self.rank, self.world_size = rank, world_size
+        self.save_state = save_state
         self.path = rank_path(save_state, rank) if save_state and distributed else save_state
         self.config, self.settings = configuration_of(iterators, CURRENT)
 
@@ -103,15 +179,26 @@ class StateFiles:
             saved.check_fits(self.state(train.state_at(saved.epoch, saved.step), saved.scheme), WHERE, source)
         source, saved = earliest(states)
         train.load_state(saved.train, f"{WHERE} {source}: train")
+        if self.rank == 0:  # no rank writes before the barrier
+            for name, _ in states:
+                remove_temporaries(name)
         self._barrier()  # every rank has read the files before any writes
         return source, saved
 
     def save(self, train: GroupState, first: bool = False) -> None:
-        """Write this rank's state; ``first``: before the first step, then wait for every rank's."""
-        if self.path:
-            write_json_atomic(self.path, self.state(train).to_dict())
+        """Write this rank's state; ``first``: before the first step, every rank's (NOTE [ First state
+        files ]), then wait for every rank."""
+        if not self.path:
+            return
+        state = self.state(train).to_dict()
+        paths = [self.path] if not (first and self.distributed) else [] if self.rank else [
+            rank_path(self.save_state, rank) for rank in reversed(range(self.world_size))]
+        for path in paths:
             if first:
-                self._barrier()
+                remove_temporaries(path)
+            write_json_atomic(path, state)
+        if first:
+            self._barrier()
 
     def _barrier(self) -> None:
         if self.distributed:

@@ -153,4 +153,4 @@ def read_run_state(data: Any, where: str = "state") -> RunState:
     schemes = {state.scheme for state in train.iterators.values()} or {CURRENT}
     scheme = schemes.pop() if fields[KEY_VERSION] >= 3 else LAYOUT
     return RunState(fields[KEY_SEED], fields[KEY_CONFIG], train, mode=fields[KEY_MODE], settings=settings,
-                    world_size=fields.get(KEY_WORLD_SIZE), scheme=scheme)
+                    world_size=fields.get(KEY_WORLD_SIZE), scheme=scheme, version=fields[KEY_VERSION])

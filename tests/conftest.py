@@ -9,6 +9,14 @@
 - ``load_tool(name)``: imports ``tools/<name>.py`` as a module.
 - ``make_recipe(corpus, type="block.BlockIterator", *, name="recipe.yaml", **options) -> Path``:
   a data_cfg over ``corpus`` written to ``tmp_path / name`` (tests/recipes.py's ``write_recipe``).
+- ``shared_corpus(**options) -> Path`` (session): ``make_corpus``'s corpus for those options, made once
+  per session (per xdist worker) in a folder of its own; for tests that only read it.
+- ``run_cli(*argv, cwd=None, env=None, path=()) -> Result(code, out, err)``: the command line in this
+  process (tests/inprocess.py); a subprocess only where the process boundary is the point.
+- The S3 fixtures of tests/s3.py (``s3_server`` once per session, ``s3_client``, ``s3_corpus``,
+  ``s3_proxy``, ``fresh_storage``, ``localhost_only``).
+- Markers (setup.cfg): ``slow`` (processes, servers), ``nightly`` (measures, or resolves against the
+  package index): nightly tests run only when ``-m`` names them (``-m nightly``), never by default.
 - ``no_leaks`` (autouse): after every test (at its module's end when it uses a
   module- or session-scoped fixture), no child process or loading worker, no
   /dev/shm segment of this process and no engine thread (``speechiter-*``).
@@ -25,8 +33,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import inprocess
 from tests.processes import children, stop_resource_tracker
 from tests.recipes import write_recipe
+from tests.s3 import fresh_storage, localhost_only, s3_client, s3_corpus, s3_proxy, s3_server  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOOLS_DIR = REPO_ROOT / "tools"
@@ -65,6 +75,26 @@ def make_corpus_fixture():
     """Factory: ``make_corpus(root, num=20, fmt="wav", sample_rate=16000,
     seed=0, min_sec=0.2, max_sec=1.5, speakers=3) -> Path``."""
     return _make_corpus
+
+
+@pytest.fixture(scope="session")
+def shared_corpus(tmp_path_factory):
+    """Factory: ``shared_corpus(**options) -> Path``, ``make_corpus``'s corpus for those options, made once
+    per session; tests must not change it."""
+    made = {}
+
+    def get(**options):
+        key = tuple(sorted(options.items()))
+        if key not in made:
+            made[key] = _make_corpus(tmp_path_factory.mktemp("shared") / "corpus", **options)
+        return made[key]
+    return get
+
+
+@pytest.fixture
+def run_cli():
+    """``run_cli(*argv, cwd=None, env=None, path=()) -> Result(code, out, err)``: tests/inprocess.py."""
+    return inprocess.run_cli
 
 
 @pytest.fixture
@@ -120,10 +150,17 @@ def check_no_leaks():
     assert engine_threads() == []
 
 
+# Module- or session-scoped fixtures that hold no iterator, worker or segment: a test that uses only these is
+# checked after itself (this module's own check, the tmp_path folders, read-only corpora, the S3 server).
+HOLD_NOTHING = {"no_leaks_at_module_end", "tmp_path_factory", "shared_corpus", "s3_server", "worker_id",
+                "testrun_uid"}
+
+
 def _shares_fixtures(item) -> bool:
     """Whether the test uses a module- or session-scoped fixture (which may hold iterators across tests)."""
     info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(defs and defs[-1].scope != "function" for defs in info.name2fixturedefs.values())
+    return info is not None and any(defs and defs[-1].scope != "function" and name not in HOLD_NOTHING
+                                    for name, defs in info.name2fixturedefs.items())
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -142,3 +179,13 @@ def no_leaks(request):
     yield
     if not _shares_fixtures(request.node):
         check_no_leaks()
+
+
+def pytest_collection_modifyitems(config, items):
+    """``nightly`` tests run only when ``-m`` names them (``-m nightly``); see setup.cfg's markers."""
+    if "nightly" in (config.option.markexpr or ""):
+        return
+    kept = [item for item in items if item.get_closest_marker("nightly") is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("nightly")])
+        items[:] = kept

@@ -91,7 +91,7 @@ def _pack(args) -> dict:
         close_all(built)
     args.out_dir = args.idx2_out or args.out
     return {"shards": result["shards"], "utterances": result["utterances"], "bytes": result["bytes"],
-            **{name: 1 for name in result["files"]}}
+            **result["files"]}
 
 
 def _reseal(folder: str) -> dict:

@@ -17,6 +17,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
+from speechiter.messages import worker_warnings
 from speechiter.sequence.fetch import READ_AHEAD, Task, fetch, prepare, same_task
 from speechiter.sequence.lifeline import die_with_parent, leave_fork_server, orphaned
 from speechiter.sequence.limits import explain
@@ -191,6 +192,7 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
     if environ is not None:
         os.environ.clear()
         os.environ.update(environ)
+    worker_warnings()  # NOTE [ One line per problem ] in speechiter/messages.py
     leave_fork_server()
     if parent_pid is None:
         parent_pid = os.getppid()

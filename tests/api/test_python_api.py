@@ -132,6 +132,7 @@ def test_a_missing_file_under_a_root_names_where_it_was_looked_for(tmp_path):
                                        f"train/idx2wav (looked in the root folder {tmp_path} and the current folder")
 
 
+@pytest.mark.slow  # process workers
 def test_the_handbooks_examples_run_as_written(demo_root, monkeypatch, capsys):
     """handbook.md, "Building in Python": both blocks, from the repository's root (in process, no workers)."""
     repo = Path(speechiter.build.__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ import pytest
 from speechiter.errors import ConfigError
 from speechiter.run import main
 from speechiter.user_files import read_json
+from tests import inprocess, recipes
 from tests.conftest import _make_corpus
-from tests import recipes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,6 +56,7 @@ def write_recipe(tmp_path, corpus, bad="", how="raise", delay=0.0):
 
 
 def start_cli(recipe, *args):
+    """A real process: these tests signal it, kill its workers, or look for what outlives it."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen([sys.executable, "-m", "speechiter.run", "--data_cfg", str(recipe), "--quiet",
                              *map(str, args)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -74,7 +75,7 @@ def last_id(corpus):
     return sorted(line.split()[0] for line in (corpus / "idx2wav").read_text().splitlines())[10]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # process workers; nothing of the process outlives it
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_dataset_that_raises_ends_the_run_with_exit_1(tmp_path, corpus, thread_type):
@@ -90,7 +91,7 @@ def test_dataset_that_raises_ends_the_run_with_exit_1(tmp_path, corpus, thread_t
     assert_nothing_left(proc.pid, recipe)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a worker process killed
 @pytest.mark.timeout(60)
 def test_killed_worker_is_reported_with_pid_and_signal(tmp_path, corpus):
     recipe = write_recipe(tmp_path, corpus, bad=last_id(corpus), how="kill")
@@ -103,7 +104,7 @@ def test_killed_worker_is_reported_with_pid_and_signal(tmp_path, corpus):
     assert_nothing_left(proc.pid, recipe)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # Ctrl-C sent to a real process
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_ctrl_c_ends_every_worker(tmp_path, corpus, thread_type):
@@ -123,12 +124,11 @@ def test_ctrl_c_ends_every_worker(tmp_path, corpus, thread_type):
 
 
 def run_cli(recipe, *args):
-    proc = start_cli(recipe, "--num_workers", 0, *args)
-    _, stderr = proc.communicate(timeout=60)
-    return proc.returncode, stderr
+    """The command line in this process, with no workers: (exit code, stderr)."""
+    result = inprocess.run_cli("--data_cfg", recipe, "--quiet", "--num_workers", 0, *args)
+    return result.code, result.err
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("code", ["3", "0", "'bye'"])
 def test_user_module_that_exits_while_imported_is_a_config_error(tmp_path, corpus, code):
@@ -142,7 +142,6 @@ def test_user_module_that_exits_while_imported_is_a_config_error(tmp_path, corpu
     assert len(stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_ctrl_c_while_a_user_module_is_imported_still_stops(tmp_path, corpus):
     recipe = write_recipe(tmp_path, corpus)
@@ -291,19 +290,13 @@ def test_start_step_past_the_end_of_the_epoch_is_refused(capsys, saved_state):
     assert stderr == "speechiter: error: --start_step: epoch 2 has 10 steps, got step 11\n"
 
 
-def run_bounded(recipe, *args, timeout=60):
-    """``python -m speechiter.run`` in a subprocess that must end within ``timeout``: (exit code, stderr)."""
-    proc = start_cli(recipe, "--num_workers", 0, *args)
-    try:
-        _, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        pytest.fail(f"the run did not end within {timeout} s: {args}")
-    return proc.returncode, stderr
+def run_bounded(recipe, *args):
+    """The command line in this process, with no workers: (exit code, stderr); the tests that use it have a
+    timeout, which a run that waits on a FIFO or a device would run into."""
+    return run_cli(recipe, *args)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder", "missing", "not-utf8"])
 def test_resume_path_that_is_not_a_state_file_is_one_line_exit_2(tmp_path, saved_state, kind):
     recipe, _ = saved_state
@@ -322,8 +315,7 @@ def test_resume_path_that_is_not_a_state_file_is_one_line_exit_2(tmp_path, saved
     assert (returncode, stderr) == (2, f"speechiter: error: --resume: {expected}\n")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("option", ["--save_state", "--dump_batches", "--report"])
 def test_output_into_a_missing_folder_or_onto_a_folder_is_one_line_exit_2(tmp_path, saved_state, option):
     recipe, _ = saved_state
@@ -335,8 +327,7 @@ def test_output_into_a_missing_folder_or_onto_a_folder_is_one_line_exit_2(tmp_pa
     assert (returncode, stderr) == (2, f"speechiter: error: {option}: cannot write {tmp_path}: it is a folder\n")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(60)
 def test_streams_as_outputs(tmp_path, saved_state):
     """--dump_batches and --report may be streams (a FIFO with no reader is refused, not waited on);
     a state file may not: it is replaced whole at every step."""

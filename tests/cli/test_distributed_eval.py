@@ -68,7 +68,7 @@ def check_cover(per_rank, all_ids):
             assert all(uid in all_ids for uid in s["ids"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # gloo ranks as processes
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_gloo_ranks_cover_each_evaluation_utterance_once(tmp_path, make_corpus, ranks):
@@ -155,7 +155,7 @@ def test_ngpu_world_size_mismatch_warns_once_with_its_cost(tmp_path, make_corpus
         make(corpus, 0, 3, batch_size=1, ngpu=3, name="matched")
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # torchrun
 @pytest.mark.timeout(300)
 def test_cli_under_torchrun_names_its_rank_and_writes_a_report_per_rank(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "corpus", num=6)
@@ -177,7 +177,7 @@ def test_cli_under_torchrun_names_its_rank_and_writes_a_report_per_rank(tmp_path
     assert len(valid) == len(set(valid)) == 6
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the handbook's example under torchrun
 @pytest.mark.timeout(300)
 def test_handbook_distributed_evaluation_example(tmp_path, demo_root):
     code = handbook_code("## Distributed evaluation")

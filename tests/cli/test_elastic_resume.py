@@ -20,6 +20,7 @@ import numpy as np
 import psutil
 import pytest
 
+from tests.inprocess import run_cli
 from tests.recipes import entry, write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,14 +150,20 @@ def resume_point(tmp_path: Path):
     return min((s["train"]["epoch"], s["train"]["step"]) for s in states)
 
 
+REFERENCES = {}  # recipe name ("<kind>.yaml") -> its reference_steps: every test's corpus of a kind is the same
+
+
 def reference_steps(tmp_path: Path, cfg: Path) -> dict:
-    """``{(epoch, step, iterator): ids}`` of an uninterrupted one-process run: the global batches."""
-    dump = tmp_path / "reference.jsonl"
-    result = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(cfg), "--epochs", str(EPOCHS),
-                             "--quiet", "--num_workers", "0", "--dump_batches", str(dump)],
-                            cwd=REPO, env=env(tmp_path), capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return {(r["epoch"], r["step"], r["iterator"]): r["ids"] for r in read_dump(dump) if r["group"] == "train"}
+    """``{(epoch, step, iterator): ids}`` of an uninterrupted run with no workers, in this process: the global
+    batches; once per kind of recipe (write_corpus and write_cfg give every test the same ids)."""
+    if cfg.name not in REFERENCES:
+        dump = tmp_path / "reference.jsonl"
+        result = run_cli("--data_cfg", cfg, "--epochs", EPOCHS, "--quiet", "--num_workers", 0, "--dump_batches", dump,
+                         env={"PAUSE_RANK": "-1"})
+        assert result.returncode == 0, result.stderr[-3000:]
+        REFERENCES[cfg.name] = {(r["epoch"], r["step"], r["iterator"]): r["ids"] for r in read_dump(dump)
+                                if r["group"] == "train"}
+    return REFERENCES[cfg.name]
 
 
 def check_segments(tmp_path: Path, cfg: Path, segments: list) -> None:
@@ -200,13 +207,14 @@ def kill_and_resize(tmp_path: Path, kind: str, plan: list, seed: int) -> list:
     return segments
 
 
+@pytest.mark.slow  # torchrun, killed and resumed
 @pytest.mark.timeout(300)
 def test_a_killed_two_rank_job_resumes_on_three(tmp_path):
     segments = kill_and_resize(tmp_path, "block", [(2, 1, 8), (3, 0)], seed=1)
     assert len(segments) == 2 and segments[0][3][1] > 0  # killed in the middle of an epoch
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # torchrun jobs, killed and resumed
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["block", "bucket", "abs", "semi"])
 def test_random_kills_and_resizes(tmp_path, kind):

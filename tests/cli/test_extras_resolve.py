@@ -30,7 +30,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-pytestmark = pytest.mark.slow  # asks the package index (once a day): about a minute per resolution
+# asks the package index (once a day): about a minute per resolution; not run by CI (`python -m pytest -m nightly`)
+pytestmark = [pytest.mark.slow, pytest.mark.nightly]
 
 REPO = Path(__file__).resolve().parents[2]
 README_LINE = "test,plot"

@@ -1,7 +1,5 @@
 """plot_batches / plot_iterator: the summary line, and the picture when matplotlib is there (issue 13, item 9)."""
 import builtins
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +8,7 @@ import pytest
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.iterator.block import BlockIterator
 from speechiter.plot import draw, length_unit, plot_batches, plot_iterator, summarize, summary_line
+from tests.inprocess import run_cli
 
 BATCHES = [["a", "b"], ["c"], ["d", "e", "f"]]
 LENGTHS = {"a": 10, "b": 8, "c": 5, "d": 4, "e": 4, "f": 2}
@@ -84,17 +83,12 @@ def test_plot_iterator_uses_the_epoch_plan(tmp_path, corpus):
     assert (tmp_path / "plan.png").exists()
 
 
-WITHOUT_MATPLOTLIB = "import runpy, sys; sys.modules['matplotlib'] = None; runpy.run_module('speechiter.run', run_name='__main__')"
-
-
-@pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_cli_plot_without_matplotlib_says_so_once_and_prints_the_summary_once(tmp_path, demo_root):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def test_cli_plot_without_matplotlib_says_so_once_and_prints_the_summary_once(tmp_path, demo_root, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
     plot = tmp_path / "plan.png"
-    done = subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB, "--data_cfg", "recipes/demo/asr.yaml",
-                           "--epochs", "1", "--num_workers", "0", "--quiet", "--plot", str(plot)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=150)
+    done = run_cli("--data_cfg", "recipes/demo/asr.yaml", "--epochs", 1, "--num_workers", 0, "--quiet",
+                   "--plot", plot)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "speechiter: --plot needs matplotlib: pip install 'speechiter[plot]' (nothing was drawn)"
     assert not plot.exists()

@@ -5,8 +5,6 @@ import pytest
 
 from tests.cli.test_run import run_cli
 
-pytestmark = pytest.mark.slow  # CLI runs of the demo recipe
-
 
 def report_of(tmp_path, *args):
     report = tmp_path / "report.json"

@@ -1,24 +1,15 @@
-"""The CLI end to end, in real subprocesses: demo recipes, dump and report contracts, errors."""
+"""The CLI end to end, in this process (tests/inprocess.py): demo recipes, dump and report contracts, errors.
+Runs with process workers are marked slow."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.inprocess import run_cli
 from tests.processes import children
 from tests.recipes import Ref, entry, write_recipe
 
-pytestmark = pytest.mark.slow  # every test runs the CLI in subprocesses
-
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run_cli(*args, cwd=None, timeout=120):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "speechiter.run", *map(str, args)], cwd=cwd or REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def read_dump(path):
@@ -41,6 +32,7 @@ def write_cfg(tmp_path, corpus, name="cfg.yaml"):
                         variables={"root": str(corpus), "batch_len": 40000})
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(180)
 def test_demo_recipe_runs_and_writes_contract_formats(tmp_path, demo_root):
     dump, report = tmp_path / "dump.jsonl", tmp_path / "report.json"
@@ -83,7 +75,7 @@ def test_test_mode_runs_every_set_and_iterator(tmp_path, corpus):
 def test_several_train_iterators_step_together_for_the_shortest(tmp_path, corpus):
     cfg = write_cfg(tmp_path, corpus)
     dump = tmp_path / "dump.jsonl"
-    result = run_cli("--data_cfg", cfg, "--epochs", 1, "--num_workers", 1, "--dump_batches", dump, "--quiet")
+    result = run_cli("--data_cfg", cfg, "--epochs", 1, "--num_workers", 0, "--dump_batches", dump, "--quiet")
     assert result.returncode == 0, result.stderr
     train = [r for r in read_dump(dump) if r["group"] == "train"]
     sup = [r for r in train if r["iterator"] == "sup"]
@@ -92,6 +84,7 @@ def test_several_train_iterators_step_together_for_the_shortest(tmp_path, corpus
     assert [r["step"] for r in sup] == [r["step"] for r in unsup] == list(range(1, len(sup) + 1))
 
 
+@pytest.mark.slow  # process workers (forkserver, spawn, torch's)
 @pytest.mark.timeout(240)
 def test_engines_and_worker_counts_give_identical_dumps(tmp_path, corpus):
     cfg = write_cfg(tmp_path, corpus)
@@ -106,6 +99,7 @@ def test_engines_and_worker_counts_give_identical_dumps(tmp_path, corpus):
     assert all(d == dumps[0] for d in dumps[1:])
 
 
+@pytest.mark.slow  # a process worker
 @pytest.mark.timeout(180)
 def test_start_step_reproduces_the_tail(tmp_path, corpus):
     cfg = write_cfg(tmp_path, corpus)
@@ -128,7 +122,7 @@ def test_set_override_and_exp_cfg_layout(tmp_path, corpus):
     exp = tmp_path / "exp.yaml"
     exp.write_text("\n".join(variables) + "\nseed: 3\ntrain_cfg: {lr: 0.1}\ndata_cfg:\n" + groups + "\n")
     dump = tmp_path / "dump.jsonl"
-    result = run_cli("--data_cfg", exp, "--set", "batch_len=1e9", "--quiet", "--dump_batches", dump)
+    result = run_cli("--data_cfg", exp, "--set", "batch_len=1e9", "--quiet", "--num_workers", 0, "--dump_batches", dump)
     assert result.returncode == 0, result.stderr
     sup = [r for r in read_dump(dump) if r["iterator"] == "sup"]
     assert len(sup[0]["ids"]) == 20  # one block holds everything
@@ -174,8 +168,10 @@ def test_debug_shows_the_traceback(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("settings", [dict(num_workers=2), dict(num_workers=2, thread_type="thread"),
-                                      dict(num_workers=0), dict(engine="torch", num_workers=2)])
+@pytest.mark.parametrize("settings", [
+    pytest.param(dict(num_workers=2), marks=pytest.mark.slow),  # process workers
+    dict(num_workers=2, thread_type="thread"), dict(num_workers=0),
+    pytest.param(dict(engine="torch", num_workers=2), marks=pytest.mark.slow)])  # process workers
 def test_leaving_an_epoch_early_then_continuing(tmp_path, corpus, settings):
     import speechiter
     from speechiter.dump import checksum
@@ -226,7 +222,7 @@ def test_bad_files_exit_2_with_one_line(tmp_path, corpus, text, message):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # 2: process workers
 def test_empty_audio_file_names_the_utterance_and_exits_2(tmp_path, corpus, workers):
     import numpy as np
     import soundfile as sf

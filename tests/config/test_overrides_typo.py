@@ -1,13 +1,11 @@
 """Issue 13, item 7: a typo of a top-level variable in --set is an error with a did-you-mean, like a nested one."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from speechiter.config import load_config
 from speechiter.errors import ConfigError
+from tests.inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 ASR = REPO / "recipes" / "demo" / "asr.yaml"
@@ -32,12 +30,9 @@ def test_an_exp_cfg_may_set_a_run_setting_it_does_not_have(tmp_path, demo_root):
         load_config(exp, ["ngpus=2"])
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_cli_exits_2_with_one_line(demo_root):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(ASR), "--set", "batch_lenn=3"],
-                          env=env, capture_output=True, text=True, timeout=100)
+    done = run_cli("--data_cfg", ASR, "--set", "batch_lenn=3")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "speechiter: error: batch_lenn: no such top-level key, and a new one would change nothing "

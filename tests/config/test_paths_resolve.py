@@ -1,9 +1,6 @@
 """Relative data paths resolve against the YAML file's folder, never silently against the current one; the
 summary and the report name the data roots; a user's Dataset gets the same rules for the files it declares."""
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -12,6 +9,7 @@ import pytest
 import speechiter
 from speechiter.build import close_all
 from speechiter.errors import ConfigError
+from tests.inprocess import run_cli
 from tests.recipes import write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,13 +20,10 @@ def write(cfg: Path, root: str):
 
 
 def run(cfg: Path, cwd: Path, *args):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(cfg), "--num_workers", "0",
-                           *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return run_cli("--data_cfg", cfg, "--num_workers", 0, *args, cwd=cwd)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(60)
 def test_a_copy_beside_the_current_folder_never_replaces_the_recipes_corpus(tmp_path, make_corpus):
     """The issue's case: ../../corpus exists from the current folder too, holding another corpus."""
     recipe_corpus = make_corpus(tmp_path / "project" / "corpus", num=6)
@@ -48,8 +43,7 @@ def test_a_copy_beside_the_current_folder_never_replaces_the_recipes_corpus(tmp_
     assert "current folder" not in done.stderr
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(60)
 def test_a_path_found_only_from_the_current_folder_is_used_with_a_warning(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "run" / "corpus", num=4)
     cfg = tmp_path / "recipes" / "asr.yaml"
@@ -64,8 +58,7 @@ def test_a_path_found_only_from_the_current_folder_is_used_with_a_warning(tmp_pa
     assert f"train data: {corpus}" in done.stdout
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(60)
 def test_the_shipped_demo_recipe_runs_from_any_folder(tmp_path, demo_root):
     done = run(REPO / "recipes" / "demo" / "asr.yaml", tmp_path, "--epochs", 1)
     assert done.returncode == 0, done.stderr

@@ -6,7 +6,7 @@ input must end either in success or in a SpeechiterError with exit code 2 and
 a one-line message (through the CLI: exit 2 and one stderr line). Any other
 exception -- a traceback, a RecursionError, a MemoryError -- fails the test;
 a hang fails its timeout. Most cases call the Python functions directly; a
-few go through ``python -m speechiter.run`` in a subprocess.
+few go through the command line (``speechiter.run.main`` in this process, tests/inprocess.py).
 
 Derandomized, so CI sees the same cases every run; CASES counts them (printed
 at the end of the module with ``-s``).
@@ -15,9 +15,6 @@ import collections
 import copy
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,9 +31,10 @@ from speechiter.idx2 import read_idx2, read_idx2_numbers, read_idx2_table
 from speechiter.iterator.abs import Iterator
 from speechiter.run import main
 from tests.conftest import _make_corpus
+from tests.inprocess import run_cli
 from tests.recipes import entry, write_recipe
 
-pytestmark = pytest.mark.slow  # property-based searches, some through the CLI
+pytestmark = pytest.mark.slow  # property-based searches
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = collections.Counter()
@@ -370,9 +368,7 @@ def test_run_state_files_through_the_cli_process(resumable, tmp_path, edit):
     recipe, _, _, saved = resumable
     path = tmp_path / "state.json"
     path.write_text(json.dumps(edit(saved)))
-    proc = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(recipe), "--quiet",
-                           "--num_workers", "0", "--resume", str(path)], cwd=REPO, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+    proc = run_cli("--data_cfg", recipe, "--quiet", "--num_workers", 0, "--resume", path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("speechiter: error: --resume") and len(proc.stderr.strip().splitlines()) == 1
 

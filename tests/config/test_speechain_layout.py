@@ -7,8 +7,6 @@ parity corpus (tests/parity/corpus.py) as datasets/librispeech/data/wav/{train-c
 """
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ import pytest
 import speechiter
 from speechiter.build import build_iterators, close_all
 from speechiter.errors import ConfigError, DataError, WorkerError
+from tests.inprocess import run_cli
 from tests.parity.corpus import make_speech_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +92,7 @@ def relative_idx2wav(speechain: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("workers", [0, pytest.param(1, marks=pytest.mark.slow)])  # 1: a process worker
 @pytest.mark.timeout(60)
 def test_a_relative_idx2_value_that_misses_names_the_rule_and_the_idx2_file(speechain, monkeypatch, workers,
                                                                             make_recipe):
@@ -125,20 +124,16 @@ def test_a_missing_relative_value_elsewhere_names_the_rule_only(tmp_path, monkey
         check_data_file("/elsewhere/a.wav")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(60)
 def test_the_handbooks_commands_from_the_root(speechain, tmp_path):
     """"Coming from SpeeChain"'s commands: the run works from the root with the variable, with no warning."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), SPEECHAIN_ROOT=str(speechain))
-    done = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", RECIPE, "--epochs", "1",
-                           "--num_workers", "0"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
+    env = {"SPEECHAIN_ROOT": str(speechain)}
+    done = run_cli("--data_cfg", RECIPE, "--epochs", 1, "--num_workers", 0, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert warnings_in(done.stderr) == []
-    del env["SPEECHAIN_ROOT"]
-    done = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", RECIPE, "--epochs", "1",
-                           "--num_workers", "0"], cwd=speechain, env=env, capture_output=True, text=True, timeout=150)
+    env["SPEECHAIN_ROOT"] = None
+    done = run_cli("--data_cfg", RECIPE, "--epochs", 1, "--num_workers", 0, cwd=speechain, env=env)
     assert done.returncode == 0, done.stderr
     assert len(warnings_in(done.stderr)) == 1 and "export SPEECHAIN_ROOT=" in done.stderr
-    done = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", RECIPE], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=150)
+    done = run_cli("--data_cfg", RECIPE, cwd=tmp_path, env=env)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "export SPEECHAIN_ROOT=" in done.stderr

@@ -1,7 +1,4 @@
 """Bad augmentation input: one line naming the YAML path (ConfigError) or the file (DataError), exit 2."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +7,7 @@ import pytest
 import speechiter
 from speechiter.errors import ConfigError, DataError
 from tests.dataset.augment_corpora import PRESET, noise_waves, rir_waves, write_list
+from tests.inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 PATH = "data_cfg.train.conf.dataset_conf"
@@ -127,17 +125,19 @@ def test_frame_is_feat_conf_window(tmp_path, make_recipe, corpus):
 
 @pytest.mark.timeout(120)
 def test_cli_exit_2_with_one_line(tmp_path, make_recipe, corpus):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     cfg = make_recipe(corpus, data=("feat",), dataset_conf={"augment": [{"type": "gain", "db": [6, -6]}]},
                       batch_len=20000)
-    run = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(cfg), "--quiet"],
-                         capture_output=True, text=True, env=env, timeout=100)
+    run = run_cli("--data_cfg", cfg, "--quiet")
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
     assert f"{PATH}.augment[0].db: the range is reversed" in run.stderr
+
+
+@pytest.mark.slow  # a process worker
+@pytest.mark.timeout(120)
+def test_cli_exit_2_with_one_line_from_a_worker(tmp_path, make_recipe, corpus):
     silent = str(write_list(tmp_path, "n", [np.zeros(8000, np.float32)]))
     cfg = make_recipe(corpus, data=("feat",), dataset_conf={"augment": [{"type": "noise", "noise": silent}]},
                       batch_len=20000, name="silent.yaml")
-    run = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(cfg), "--quiet",
-                          "--num_workers", "1"], capture_output=True, text=True, env=env, timeout=100)
+    run = run_cli("--data_cfg", cfg, "--quiet", "--num_workers", 1)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1
     assert "dataset_conf.augment[0].noise (noise n0 from" in run.stderr and "is all silent" in run.stderr

@@ -2,8 +2,6 @@
 equivalence, reproducibility across workers, batch budgets, and the SpeeChain ASR recipe."""
 import os
 import re
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from speechiter.io.samples import resampled_length
 from speechiter.dataset.speech_text import SpeechTextDataset, perturbed_length
 from speechiter.errors import ConfigError, DataError
 from tests.dataset.test_features import speech_like
+from tests.inprocess import run_cli
 from tests.recipes import entry, options, write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -247,13 +246,7 @@ def test_feat_conf_from_a_variable_a_preset_path_and_errors_with_yaml_path(tmp_p
 
 # --- the SpeeChain ASR recipe with speed perturbation -----------------------------------------------------
 
-def run_cli(*args, cwd=None):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "speechiter.run", *map(str, args)], cwd=cwd or REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
-
-
-@pytest.mark.slow
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(180)
 def test_speechain_asr_recipe_with_speed_perturb_runs_unchanged(tmp_path, make_corpus):
     data = tmp_path / "librispeech" / "data" / "wav"

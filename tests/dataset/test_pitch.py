@@ -1,7 +1,6 @@
 """pitch_conf: pyworld dio + stonemask f0 in the batch (issue 12, R8)."""
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ import speechiter
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.dataset.pitch import PitchExtractor, collate_pitch, continuous, import_pyworld
+from tests.inprocess import run_cli
 from tests.recipes import entry, write_recipe
 
 pyworld = pytest.importorskip("pyworld")
@@ -148,6 +148,7 @@ def test_pyworld_without_pkg_resources_says_what_to_install(monkeypatch):
         import_pyworld()
 
 
+@pytest.mark.slow  # a fresh process: the warning comes when pyworld is first imported
 def test_importing_pyworld_prints_no_pkg_resources_warning():
     pytest.importorskip("pyworld")
     code = "from speechiter.dataset.pitch import import_pyworld; import_pyworld()"
@@ -164,19 +165,12 @@ def write_config(root):
                         exp_cfg={})
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_cli_without_pyworld_exits_2_with_one_line(wav_corpus):
+def test_cli_without_pyworld_exits_2_with_one_line(wav_corpus, monkeypatch):
     root, _ = wav_corpus
     write_config(root)
-    code = textwrap.dedent(f"""
-        import sys
-        sys.modules["pyworld"] = None
-        from speechiter.run import main
-        sys.exit(main(["--data_cfg", {str(root / 'cfg.yaml')!r}, "--epochs", "1", "--quiet"]))
-    """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=100,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    monkeypatch.setitem(sys.modules, "pyworld", None)
+    result = run_cli("--data_cfg", root / "cfg.yaml", "--epochs", 1, "--quiet")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert "pip install 'speechiter[tts]'" in result.stderr

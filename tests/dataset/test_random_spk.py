@@ -88,6 +88,7 @@ def summary(batches):
     return [(b["spk_ids"], b["spk_feat_ids"], b["spk_feat"].tobytes()) for b in batches]
 
 
+@pytest.mark.slow  # a fresh process: what importing one module imports
 def test_resolves_under_speechains_name_without_an_import_circle():
     """speech_text.py does not import random_spk.py (no circle); the registry's alias gives SpeeChain's name."""
     code = ("import sys; import speechiter.dataset.speech_text;"

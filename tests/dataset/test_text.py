@@ -1,5 +1,4 @@
 """use_g2p and unk_mask_prob of SpeechTextDataset (issue 12, R9)."""
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -12,6 +11,7 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.seeding import seeded
 from speechiter.text import G2P, TextTransforms, mask_words, parse_token_list
+from tests.inprocess import run_cli
 from tests.recipes import entry, write_recipe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,6 +95,7 @@ def texts(iterator, epoch, start_step=0):
         iterator.close()
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(120)
 def test_masks_are_the_same_for_any_worker_count_and_resume_point(text_corpus):
     reference = {epoch: texts(build_text_iterator(text_corpus), epoch) for epoch in (1, 2)}
@@ -175,9 +176,7 @@ data_cfg:
         dataset_type: speech_text.SpeechTextDataset
         dataset_conf: {{main_data: {{text: {tmp_path}/idx2text}}, use_g2p: true}}
 """)
-    result = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(tmp_path / "cfg.yaml"),
-                             "--mode", "test", "--quiet"], capture_output=True, text=True, timeout=100,
-                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    result = run_cli("--data_cfg", tmp_path / "cfg.yaml", "--mode", "test", "--quiet")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "data_cfg.test.set1.conf.dataset_conf.use_g2p" in result.stderr and "speechiter[g2p]" in result.stderr

@@ -74,6 +74,7 @@ def batches_of(recipe, num_workers):
         iterator.close()
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(120)
 def test_handbook_custom_dataset_example(tmp_path, corpus):
     recipe = write_dataset_example(tmp_path, corpus)

@@ -80,6 +80,7 @@ def test_the_length_file_reaches_the_workers_through_the_reader(corpus, tmp_path
     assert frames.reader().expected_lengths is None
 
 
+@pytest.mark.slow  # a process worker
 @pytest.mark.timeout(60)
 def test_a_process_worker_checks_the_length_file_it_got_with_the_reader(corpus, tmp_path):
     root = shutil.copytree(corpus, tmp_path / "c")
@@ -96,6 +97,7 @@ def test_a_process_worker_checks_the_length_file_it_got_with_the_reader(corpus, 
         iterator.close()
 
 
+@pytest.mark.slow  # a fresh interpreter: what an import imports
 @pytest.mark.timeout(60)
 def test_the_batch_context_imports_nothing():
     code = ("import sys, speechiter.batch_context, speechiter.seeding, speechiter.batch_memory; "

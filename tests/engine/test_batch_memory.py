@@ -27,6 +27,7 @@ class Pool:
         return array
 
 
+@pytest.mark.slow  # a fresh interpreter: what an import imports
 def test_the_dataset_layer_does_not_import_the_engine():
     code = ("import sys, speechiter.dataset.speech_text, speechiter.dataset.reader; "
             "print(sorted(m for m in sys.modules if m.startswith('speechiter.sequence')))")
@@ -75,6 +76,7 @@ class PadStackBatches:
         return {"x": x, "in_slot": [in_slot]}
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_process_workers_build_pad_stack_arrays_in_their_slot():
     """See NOTE [ Batch arrays in place ] in speechiter/sequence/shm/pack.py."""

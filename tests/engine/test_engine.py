@@ -50,7 +50,8 @@ def test_settings_are_frozen_and_lookahead_follows_the_buffer_rule():
 @pytest.mark.parametrize("settings", [EngineSettings(kind="inline", out_type="null"),
                                       EngineSettings(num_workers=0, out_type="null"),
                                       EngineSettings(num_workers=2, thread_type="thread", out_type="null"),
-                                      EngineSettings(num_workers=2, out_type="null")])
+                                      pytest.param(EngineSettings(num_workers=2, out_type="null"),
+                                                   marks=pytest.mark.slow)])  # process workers
 def test_msequence_engine_restarts_after_an_abandoned_epoch(settings):
     engine = make_engine(settings, DatasetReader(Numbers()))
     assert isinstance(engine, SequenceEngine)
@@ -77,6 +78,7 @@ def test_torch_engine_gives_the_same_batches():
         engine.close()
 
 
+@pytest.mark.slow  # a fresh interpreter: what an import imports
 def test_the_engine_imports_nothing_of_datasets_or_iterators():
     """make_engine takes a reader factory: what a batch is made of is not the engine's business."""
     code = ("import sys, speechiter.engine; print(sorted(m for m in sys.modules "

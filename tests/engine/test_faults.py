@@ -189,7 +189,7 @@ sys.stdin.read()
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a main process killed under its workers
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("how", ["sleep", "read"])
 def test_workers_stuck_in_the_dataset_die_with_a_killed_main_process(tmp_path, how):
@@ -230,7 +230,7 @@ def owned_by(pid):
     return [name for name in os.listdir("/dev/shm") if name.startswith(f"speechiter_{pid}_")]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a process group killed, segments left behind
 @pytest.mark.timeout(90)
 def test_segments_of_a_killed_process_group_are_reclaimed_by_the_next_pool(caplog):
     proc = subprocess.Popen([sys.executable, "-c", GROUP_SCRIPT.format(root=ROOT)], stdin=subprocess.PIPE,
@@ -268,6 +268,7 @@ def _segment(owner, suffix="w0_0"):
     return name
 
 
+@pytest.mark.slow  # processes that own segments, alive, zombie and dead
 @pytest.mark.timeout(60)
 def test_segments_whose_owner_lives_are_never_reclaimed(caplog):
     me = psutil.Process()
@@ -336,6 +337,7 @@ def test_start_method_choice():
     assert start_method_for(indexers.Echo, "spawn") == "spawn"
 
 
+@pytest.mark.slow  # another interpreter (Python 3.12)
 @pytest.mark.timeout(120)
 def test_sequence_tests_start_no_fork_under_python_3_12():
     """Python 3.12 warns when a process that runs threads forks: none of that in a real run."""

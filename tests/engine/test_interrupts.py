@@ -60,6 +60,7 @@ def test_sigterm_raises_terminated_a_keyboard_interrupt_with_its_own_exit_status
     assert interrupts.exit_status(KeyboardInterrupt()) == 130
 
 
+@pytest.mark.slow  # a process worker
 @pytest.mark.timeout(60)
 def test_a_swallowed_ctrl_c_ends_the_wait_for_a_batch():
     """The engine's wait polls: a Ctrl-C dropped by a finalizer ends it, not the batch timeout."""

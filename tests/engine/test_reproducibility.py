@@ -10,8 +10,7 @@ import pytest
 
 from speechiter.dump import checksum
 from tests import recipes
-
-pytestmark = pytest.mark.slow  # CLI runs over worker counts and torchrun
+from tests.inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,27 +46,10 @@ def write_recipe(tmp_path, corpus, unsup=False, named=None):
     return recipes.write_recipe(tmp_path / "recipe.yaml", corpus, train=train, valid=valid)
 
 
-def run_cli(*args, timeout=180):
+def run_fresh(*args, timeout=180):
+    """The CLI in a fresh interpreter: nothing run before it in the process."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "speechiter.run", *map(str, args)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-MANY = """import json, sys
-from speechiter.run import main
-for argv in json.loads(sys.argv[1]):
-    code = main(argv)
-    if code:
-        sys.exit(code)
-"""
-
-
-def run_cli_many(*argvs, timeout=180):
-    """The CLI's ``main`` on each argument list in turn, in one interpreter (torch is imported once); stops at
-    the first that fails."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    argvs = [[str(arg) for arg in argv] for argv in argvs]
-    return subprocess.run([sys.executable, "-c", MANY, json.dumps(argvs)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -76,10 +58,11 @@ def read_dump(path):
 
 
 @pytest.fixture
-def fresh_corpus(tmp_path, make_corpus):
-    return make_corpus(tmp_path / "corpus", num=24, seed=11, speakers=4)
+def fresh_corpus(shared_corpus):
+    return shared_corpus(num=24, seed=11, speakers=4)  # read only: made once per session
 
 
+@pytest.mark.slow  # process workers; the reference run in a fresh interpreter
 @pytest.mark.timeout(400)
 def test_augmentation_is_identical_for_any_workers_and_thread_type(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "corpus", num=12, seed=11, speakers=4, max_sec=1.0)
@@ -91,11 +74,12 @@ def test_augmentation_is_identical_for_any_workers_and_thread_type(tmp_path, mak
     dumps = [tmp_path / f"dump{i}.jsonl" for i in range(len(runs))]
     argvs = [["--data_cfg", recipe, "--epochs", 2, "--seed", seed, "--quiet", "--dump_batches", dump, *args]
              for args, seed, dump in zip(runs, seeds, dumps)]
-    # the reference alone in a fresh interpreter, the others one after another in a second one
-    first = run_cli(*argvs[0])
+    # the reference alone in a fresh interpreter, the others one after another in this one
+    first = run_fresh(*argvs[0])
     assert first.returncode == 0, first.stderr
-    result = run_cli_many(*argvs[1:])
-    assert result.returncode == 0, result.stderr
+    for argv in argvs[1:]:
+        result = run_cli(*argv)
+        assert result.returncode == 0, result.stderr
     dumps = [read_dump(dump) for dump in dumps]
     assert len({r["step"] for r in dumps[0] if r["group"] == "train"}) >= 3
     for args, dump in zip(runs[1:-1], dumps[1:-1]):
@@ -118,6 +102,7 @@ def test_adding_an_iterator_does_not_change_the_other(tmp_path, fresh_corpus):
     assert sup and train[:len(sup)] == sup  # same ids and the same augmented data
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("unsup", [False, True])
 def test_cli_resume_at_any_step_reproduces_the_tail(tmp_path, fresh_corpus, unsup):
@@ -175,6 +160,7 @@ train.close(); iterators["valid"].close()
 '''
 
 
+@pytest.mark.slow  # a fresh process is the point: nothing of this one's state helps the resume
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_checkpoint_equivalence_in_a_fresh_process(tmp_path, fresh_corpus, workers):
@@ -221,6 +207,7 @@ def test_loader_state_is_checked_with_raise(tmp_path, fresh_corpus):
 
 
 # --- torchrun ------------------------------------------------------------------------------------
+@pytest.mark.slow  # torchrun
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_torchrun_ranks_have_equal_steps_and_share_the_plan(tmp_path, fresh_corpus, ranks):

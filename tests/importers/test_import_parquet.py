@@ -12,11 +12,12 @@ from speechiter.errors import DataError
 from speechiter.io import parquet as parquet_io, shards
 from speechiter.run import main as run_main
 from tests.io.test_pack import batches, write_recipe
-from tests.storage.conftest import localhost_only, s3_client, s3_server  # noqa: F401
 
 pa = pytest.importorskip("pyarrow", reason="Parquet needs pyarrow: pip install 'speechiter[parquet]'")
 pq = pytest.importorskip("pyarrow.parquet")
 from speechiter.importers import parquet  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("localhost_only")  # only 127.0.0.1 (tests/s3.py)
 
 HF_META = {b"huggingface": json.dumps({"info": {"features": {
     "id": {"dtype": "string", "_type": "Value"}, "audio": {"_type": "Audio"},

@@ -16,7 +16,8 @@ from speechiter.importers import shar, webdataset
 from speechiter.io import shards
 from tests.importers.test_import_tars import audio_files, import_local, write_recipe, write_shar, write_webdataset
 from tests.io.test_pack import batches
-from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_proxy, s3_server  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("localhost_only")  # only 127.0.0.1 (tests/s3.py)
 
 WDS = "python -m speechiter.importers.webdataset: error:"
 

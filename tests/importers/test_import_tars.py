@@ -13,7 +13,6 @@ from speechiter.errors import DataError
 from speechiter.importers import nemo, shar, tar_index, webdataset
 from speechiter.io import shards
 from tests.io.test_pack import batches
-from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_proxy, s3_server  # noqa: F401
 
 
 def write_recipe(path: Path, corpus: Path) -> Path:
@@ -137,8 +136,18 @@ def test_indexed_shards_give_the_batches_of_the_unpacked_corpus(tmp_path, make_c
     want = batches(original, num_workers=0)
     assert batches(indexed, num_workers=0) == want
     assert batches(indexed, num_workers=0, engine="inline") == want
-    assert batches(indexed, num_workers=2, thread_type="proc") == want
     assert batches(indexed, num_workers=2, thread_type="thread") == want
+
+
+@pytest.mark.slow  # process workers
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fmt", ["webdataset", "shar", "nemo"])
+def test_indexed_shards_give_the_batches_of_the_unpacked_corpus_to_process_workers(tmp_path, make_corpus, fmt):
+    corpus = make_corpus(tmp_path / "c", num=16, fmt="flac" if fmt == "webdataset" else "wav")
+    index = import_local(fmt, corpus, tmp_path)
+    original, indexed = write_recipe(tmp_path / "a.yaml", corpus), write_recipe(tmp_path / "b.yaml", index)
+    want = batches(original, num_workers=0)
+    assert batches(indexed, num_workers=2, thread_type="proc") == want
     assert batches(indexed, num_workers=4, thread_type="proc") == want
     assert batches(indexed, num_workers=2, engine="torch") == want
     assert batches(indexed, epoch=2, start_step=2, num_workers=2) == batches(original, epoch=2, num_workers=0)[2:]
@@ -262,6 +271,8 @@ def upload(s3_client, bucket: str, folder: Path, prefix: str):
         s3_client.upload_file(str(path), bucket, f"{prefix}/{path.relative_to(folder).as_posix()}")
 
 
+@pytest.mark.slow  # the S3 server
+@pytest.mark.usefixtures("localhost_only")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("fmt", ["webdataset", "shar", "nemo"])
 def test_shards_on_s3_are_indexed_with_ranged_reads_and_give_the_batches(tmp_path, make_corpus, s3_client, s3_proxy,

@@ -1,8 +1,7 @@
 """speechiter.importers.kaldi: real Kaldi data directories over real audio files."""
 import os
 import re
-import subprocess
-import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,7 +9,7 @@ import soundfile
 
 from speechiter.importers import kaldi as kaldi_command
 
-from tests.conftest import REPO_ROOT
+from tests.inprocess import run_cli
 
 PROG = "python -m speechiter.importers.kaldi"
 
@@ -23,10 +22,8 @@ def kaldi():
 
 
 def command(module, *argv, cwd=None):
-    """``python -m <module> argv...`` in a child process, run from any folder."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", module, *map(str, argv)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    """``python -m <module> argv...`` (its main(), in this process: tests/inprocess.py), run from any folder."""
+    return run_cli(*argv, module=module, cwd=cwd or Path.cwd())
 
 
 def tone(seconds, sample_rate=SR, channels=1, seed=0):
@@ -132,6 +129,7 @@ def test_segment_samples_match_the_recording(kaldi, data, tmp_path):
     np.testing.assert_array_equal(x, whole[20000:20000 + 43984])
 
 
+@pytest.mark.slow  # forks (lhotse reads in a process)
 def test_samples_match_lhotse_reading_the_same_data_dir(kaldi, data, tmp_path, monkeypatch):
     pytest.importorskip("lhotse")
     from lhotse.kaldi import load_kaldi_data_dir
@@ -203,7 +201,6 @@ def test_unknown_ids_in_text_are_dropped_with_a_warning(kaldi, tmp_path, capsys)
     assert read_idx2(tmp_path / "out" / "idx2text") == {"r": "HI"}
 
 
-@pytest.mark.slow
 def test_cli_help_and_relative_root(tmp_path):
     help_text = command("speechiter.importers.kaldi", "--help", cwd=tmp_path).stdout
     assert "--root" in help_text and "#t=" in help_text and help_text.startswith(f"usage: {PROG} ")

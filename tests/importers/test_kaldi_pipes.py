@@ -104,6 +104,7 @@ def test_unknown_commands_are_refused_all_at_once(tmp_path):
     assert not list(tmp_path.glob("ran*")) and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # commands run as processes
 @pytest.mark.timeout(120)
 def test_allowed_commands_run_with_a_timeout(kaldi, tmp_path, capsys):
     write_audio(tmp_path / "r.wav", 0.75, seed=7)

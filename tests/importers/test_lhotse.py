@@ -1,7 +1,5 @@
 """speechiter.importers.lhotse: manifests built with lhotse's own API and written
 with to_file; the imported corpus must read the samples lhotse reads."""
-import sys
-
 import numpy as np
 import pytest
 import soundfile
@@ -175,7 +173,6 @@ def test_one_channel_of_a_stereo_file_is_refused(lhotse_tool, two_sources, tmp_p
 # ------------------------------------------------------------------- errors
 
 
-@pytest.mark.slow
 def test_command_source_is_refused_and_never_run(tmp_path):
     marker = tmp_path / "ran"
     rec = Recording(id="c", sources=[AudioSource("command", [0], f"touch {marker}")], sampling_rate=SR,
@@ -276,7 +273,6 @@ def test_unreadable_supervisions_exit_2(lhotse_tool, tmp_path, monkeypatch, caps
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("field, value, message", [
     ("start", float("nan"), "'c1' starts at nan s"),
     ("duration", float("inf"), "'c1' has duration inf s"),

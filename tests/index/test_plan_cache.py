@@ -19,6 +19,7 @@ from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.bucket import BucketIterator
 from speechiter.iterator.piece import PieceIterator
+from tests.inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 OLD = time.time() - 3600  # sources last changed an hour ago: settled (see store.settled)
@@ -192,7 +193,7 @@ print(plans(build(Path({root!r})))[0])
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # processes: four first runs at once, each a process of its own
 @pytest.mark.timeout(120)
 def test_concurrent_first_runs(tmp_path, cache):
     root = write_corpus(tmp_path / "corpus", num=20000)
@@ -221,7 +222,7 @@ def test_command_writes_the_entries(tmp_path, make_recipe, capsys):
     folder = tmp_path / "cmd_cache"
     assert index_main([str(recipe), "--cache_dir", str(folder), "--world_size", "2"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("wrote ") and str(folder) in out
+    assert f" plan cache entries in {folder} (" in out and out.endswith(" already there\n")
     assert entries(folder, "idx2") and entries(folder, "sort") and len(entries(folder, "view")) >= 2
     assert "SPEECHITER_INDEX_DIR" not in os.environ or os.environ["SPEECHITER_INDEX_DIR"] != str(folder)
 
@@ -235,9 +236,7 @@ def test_command_errors_are_one_line_exit_2(tmp_path, make_recipe, args, message
     root = write_corpus(tmp_path / "corpus")
     recipe = make_recipe(root, batch_len=60000)
     args = [str(recipe) if a == "RECIPE" else (str(tmp_path / a) if a.endswith(".yaml") else a) for a in args]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SPEECHITER_INDEX_DIR": str(tmp_path / "c")}
-    done = subprocess.run([sys.executable, "-m", "speechiter.index", *args], env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = run_cli(*args, module="speechiter.index", env={"SPEECHITER_INDEX_DIR": str(tmp_path / "c")})
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("python -m speechiter.index: error:") and message in lines[0]

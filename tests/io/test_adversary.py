@@ -16,7 +16,8 @@ from speechiter.io import shards
 from speechiter.io.read import read_feat
 from speechiter.pack.writer import write_pack
 from tests.io.test_pack import batches, pack, train_iterator, write_recipe
-from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_server  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("localhost_only")  # only 127.0.0.1 (tests/s3.py)
 
 _HOP = ("content-length", "transfer-encoding", "connection", "server", "date")
 
@@ -93,7 +94,7 @@ class BadProxy:
 
 
 @pytest.fixture
-def bad_proxy(s3_server, monkeypatch, fresh_storage):  # noqa: F811
+def bad_proxy(s3_server, monkeypatch, fresh_storage):
     proxy = BadProxy(s3_server)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     fresh_storage._forget_inherited()  # filesystems made before (writing a pack) go to the server itself
@@ -106,7 +107,7 @@ def bad_proxy(s3_server, monkeypatch, fresh_storage):  # noqa: F811
 
 
 @pytest.fixture
-def s3_pack(s3_client, tmp_path, make_corpus, fresh_storage):  # noqa: F811
+def s3_pack(s3_client, tmp_path, make_corpus, fresh_storage):
     """A corpus packed into a fresh bucket: ``(original recipe, packed recipe, pack URL, bucket)``."""
     corpus = make_corpus(tmp_path / "c", num=12, min_sec=0.2, max_sec=0.5)
     bucket = f"speechiter-adv-{uuid.uuid4().hex[:12]}"
@@ -176,7 +177,7 @@ def test_presigned_urls_with_byte_ranges_read_without_their_folder(s3_pack, bad_
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("debug", [False, True])
-def test_a_password_in_a_url_is_never_printed(tmp_path, make_corpus, s3_server, fresh_storage, capsys,  # noqa: F811
+def test_a_password_in_a_url_is_never_printed(tmp_path, make_corpus, s3_server, fresh_storage, capsys,
                                               debug):
     corpus = make_corpus(tmp_path / "c", num=2)
     rows = [line.split() for line in (corpus / "idx2wav").read_text().splitlines()]

@@ -168,6 +168,7 @@ def _child_reads_h5(path, inherited_id, queue):
         queue.put(("error", repr(e)))
 
 
+@pytest.mark.slow  # forks
 @FORKS_ON_PURPOSE
 @pytest.mark.timeout(60)
 def test_hdf5_cache_is_per_process_after_fork(tmp_path):

@@ -1,8 +1,6 @@
 """Byte-range values, coalesced batch reads, shard integrity and the pack writer, on local disk."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ from speechiter.io.read import data_num_frames, read_feat
 from speechiter.io.source import ByteRange, parse_source
 from speechiter.pack.__main__ import main as pack_main, parse_size
 from speechiter.pack.writer import write_pack
+from tests.inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -128,8 +127,16 @@ def test_a_pack_gives_the_batches_of_its_corpus(tmp_path, make_corpus, fmt):
     want = batches(original, num_workers=0)
     assert batches(packed, num_workers=0) == want
     assert batches(packed, num_workers=0, engine="inline") == want
-    assert batches(packed, num_workers=2, thread_type="proc") == want
     assert batches(packed, num_workers=2, thread_type="thread") == want
+
+
+@pytest.mark.slow  # process workers
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_a_pack_gives_the_batches_of_its_corpus_to_process_workers(tmp_path, make_corpus, fmt):
+    original, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=24, fmt=fmt))
+    want = batches(original, num_workers=0)
+    assert batches(packed, num_workers=2, thread_type="proc") == want
     assert batches(packed, num_workers=4, thread_type="proc") == want
     assert batches(packed, num_workers=2, engine="torch") == want
     assert batches(packed, epoch=2, start_step=2, num_workers=2) == batches(original, epoch=2, num_workers=0)[2:]
@@ -168,6 +175,7 @@ def edit_value(pack_dir: Path, row: int, value: str) -> str:
     return uid
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(120)
 def test_bad_ranges_name_the_utterance_and_the_object(tmp_path, make_corpus):
     _, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=12), shard_size="10M")
@@ -191,6 +199,7 @@ def test_bad_ranges_name_the_utterance_and_the_object(tmp_path, make_corpus):
     assert error.value.exit_code == 2
 
 
+@pytest.mark.slow  # a process worker sees the change
 @pytest.mark.timeout(120)
 def test_a_shard_that_changed_is_named_never_read(tmp_path, make_corpus):
     _, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=12), shard_size="10M")
@@ -215,17 +224,15 @@ def test_a_shard_that_changed_is_named_never_read(tmp_path, make_corpus):
 def test_the_command_packs_and_a_bad_pack_exits_2(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "c", num=8, fmt="flac")
     recipe = write_recipe(tmp_path / "recipe.yaml", corpus)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    run = [sys.executable, "-m", "speechiter.pack", "--data_cfg", str(recipe), "--out", str(tmp_path / "p")]
-    done = subprocess.run(run + ["--shard_size", "1M"], capture_output=True, text=True, env=env, timeout=100)
+    run = ["--data_cfg", recipe, "--out", tmp_path / "p"]
+    done = run_cli(*run, "--shard_size", "1M", module="speechiter.pack")
     assert done.returncode == 0, done.stderr
     assert "wrote shards (1), utterances (8)" in done.stdout
-    done = subprocess.run(run + ["--group", "test"], capture_output=True, text=True, env=env, timeout=100)
+    done = run_cli(*run, "--group", "test", module="speechiter.pack")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no 'test' group" in done.stderr
     packed = write_recipe(tmp_path / "packed.yaml", tmp_path / "p")
     (tmp_path / "p" / "shard-00000.pack").write_bytes(b"not the pack")
-    done = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", str(packed), "--epochs", "1",
-                           "--num_workers", "0", "--quiet"], capture_output=True, text=True, env=env, timeout=100)
+    done = run_cli("--data_cfg", packed, "--epochs", 1, "--num_workers", 0, "--quiet")
     assert done.returncode == 2 and "shard-00000.pack: the pack shard changed after it was written" in done.stderr
     assert "Traceback" not in done.stderr
 

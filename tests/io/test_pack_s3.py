@@ -6,9 +6,10 @@ import pytest
 from speechiter.errors import DataError, WorkerError
 from speechiter.io import shards
 from speechiter.pack.writer import write_pack
-from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_proxy, s3_server  # noqa: F401
 
 from .test_pack import batches, train_iterator, write_recipe
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("localhost_only")]  # the S3 server
 
 
 @pytest.fixture

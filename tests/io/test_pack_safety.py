@@ -11,7 +11,8 @@ from speechiter.pack.__main__ import main as pack_main
 from tests.io.test_adversary import BadProxy  # noqa: F401 (bad_proxy's class)
 from tests.io.test_adversary import bad_proxy  # noqa: F401
 from tests.io.test_pack import pack, write_recipe
-from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_server  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("localhost_only")  # only 127.0.0.1 (tests/s3.py)
 
 PROG = "python -m speechiter.pack: error:"
 
@@ -76,7 +77,7 @@ def test_reseal_of_what_is_not_a_pack_is_one_line(tmp_path, make_corpus, capsys)
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("mode, problem", [("deny", "access denied"), ("stall", "connection failed or timed out")])
-def test_a_store_that_refuses_or_stalls_a_pack_write_is_one_line(tmp_path, recipe, bad_proxy, s3_client,  # noqa: F811
+def test_a_store_that_refuses_or_stalls_a_pack_write_is_one_line(tmp_path, recipe, bad_proxy, s3_client,
                                                                  monkeypatch, capsys, mode, problem):
     _, cfg = recipe
     bucket = f"speechiter-packw-{uuid.uuid4().hex[:12]}"

@@ -155,6 +155,7 @@ def test_unknown_commands_are_refused_and_never_run(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow  # commands run as processes
 def test_allowed_commands_run_and_agree_with_native_reads(tmp_path, script):
     full = write(tmp_path / "a.wav", 1.0, seed=6)
     value = f"{script} {tmp_path}/a.wav |"
@@ -164,6 +165,7 @@ def test_allowed_commands_run_and_agree_with_native_reads(tmp_path, script):
     assert read_feat(value, 8000, allow_commands=True).shape[0] == 8000
 
 
+@pytest.mark.slow  # a command run as a process
 @pytest.mark.skipif(shutil.which("cat") is None, reason="no cat")
 def test_cat_run_by_the_shell_equals_the_native_read(tmp_path):
     write(tmp_path / "a.wav", 0.6, seed=7)
@@ -185,6 +187,7 @@ def test_real_tools_give_the_native_samples(tmp_path, tool, command):
     np.testing.assert_array_equal(run_command(command)[0], read_feat(f"{command} |"))
 
 
+@pytest.mark.slow  # commands run as processes
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("code, message", [
     ("import sys; sys.stderr.write('no such corpus\\n'); sys.exit(3)",

@@ -32,6 +32,7 @@ def piped_idx2wav(corpus, name, template):
     return corpus / name
 
 
+@pytest.mark.slow  # commands run as processes, process workers
 @pytest.mark.timeout(120)
 def test_piped_values_in_idx2wav_load_the_same_batches(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "corpus", num=12)
@@ -53,6 +54,7 @@ def test_a_piped_value_reads_its_relative_file_from_the_current_folder(tmp_path,
     assert batches(tmp_path, corpus, corpus / "idx2wav_rel") == batches(tmp_path, corpus, corpus / "idx2wav")
 
 
+@pytest.mark.slow  # commands run as processes
 @pytest.mark.timeout(120)
 def test_allowed_commands_in_idx2wav(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "corpus", num=6)

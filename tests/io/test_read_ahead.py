@@ -7,7 +7,6 @@ from speechiter.dataset.reader import DatasetReader
 from speechiter.dump import checksum
 from speechiter.errors import DataError, WorkerError
 from speechiter.io import shards
-from tests.storage.conftest import fresh_storage, localhost_only, s3_client, s3_proxy, s3_server  # noqa: F401
 
 from .test_pack import batches, pack, train_iterator
 from .test_pack_s3 import s3_pack  # noqa: F401
@@ -23,6 +22,7 @@ def count_prepared(monkeypatch):
     return calls
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(300)
 def test_a_local_pack_gives_the_same_batches_with_and_without_reading_ahead(tmp_path, make_corpus, monkeypatch):
     original, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=30))
@@ -53,6 +53,7 @@ def load_until_error(recipe, **settings):
     pytest.fail("no error")
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(300)
 def test_a_read_ahead_that_fails_raises_at_its_own_batch(tmp_path, make_corpus, monkeypatch):
     original, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=30), shard_size="32K")
@@ -86,6 +87,8 @@ def ranged_gets(proxy):
     return [r for r in proxy.gets() if r[2] and "shards.json" not in r[1]]
 
 
+@pytest.mark.slow  # the S3 server
+@pytest.mark.usefixtures("localhost_only")
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("settings", SETTINGS, ids=["0", "2-proc", "2-thread"])
 def test_an_s3_pack_read_ahead_gives_the_same_batches_at_one_request_per_batch(s3_pack, s3_proxy, settings,

@@ -149,6 +149,7 @@ def load_batches(tmp_path, name, feat, text, data_len, workers=0):
 PIPED_WAV_SCP = "a flac -c -d -s {d}/a.flac |\nb cat {d}/b.wav |\nc sox {d}/c.flac -t wav - |\n"
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("piped", [False, True], ids=["paths", "pipes"])
 def test_kaldi_dir_loads_the_same_batches_as_cut_files(tmp_path, piped):

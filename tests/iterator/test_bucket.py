@@ -81,8 +81,8 @@ def test_quadratic_scale_shrinks_batches_within_the_budget(big_corpus):
 
 
 @pytest.fixture
-def small(make_corpus, tmp_path):
-    return make_corpus(tmp_path / "c", num=60, min_sec=0.2, max_sec=1.5)
+def small(shared_corpus):
+    return shared_corpus(num=60, min_sec=0.2, max_sec=1.5)  # read only: made once per session
 
 
 def test_ngpu_sizes_are_divisible_in_every_epoch(small):

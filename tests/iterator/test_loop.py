@@ -97,6 +97,7 @@ def test_batch_pickles_with_its_attributes_and_attach_copies_once():
         batch.other = 1  # slots: a typo of an attribute fails loudly
 
 
+@pytest.mark.nightly  # measures time: on a busy machine a figure, not a check
 def test_attaching_costs_nothing_measurable():
     """Micro-benchmark: attaching is one shallow copy of a few keys, microseconds per batch, while loading
     one batch takes milliseconds."""
@@ -107,7 +108,6 @@ def test_attaching_costs_nothing_measurable():
     assert per_batch < 50e-6
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_dump_ids_come_from_batch_ids(tmp_path, corpus):
     cfg = write_cfg(tmp_path, corpus)
@@ -146,7 +146,7 @@ def run_example(code: str, tmp_path, *launcher, timeout=240):
                           text=True, timeout=timeout)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the handbook's example run as a script
 @pytest.mark.timeout(300)
 def test_handbook_training_loop_example(tmp_path, demo_root):
     result = run_example(handbook_code("## Batches in a training loop: ids, meta, padding"), tmp_path)

@@ -111,8 +111,8 @@ def test_each_batch_is_its_corpus_own_batch_at_its_own_position(corpora):
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("engine, num_workers, thread_type", [
-    ("inline", 0, "proc"), ("msequence", 2, "proc"), ("msequence", 2, "thread"),
-    pytest.param("torch", 2, "proc", marks=pytest.mark.slow)])
+    ("inline", 0, "proc"), pytest.param("msequence", 2, "proc", marks=pytest.mark.slow), ("msequence", 2, "thread"),
+    pytest.param("torch", 2, "proc", marks=pytest.mark.slow)])  # process workers: slow
 def test_the_same_batches_for_any_workers_and_engine(corpora, engine, num_workers, thread_type):
     reference = build(corpora)
     mix = build(corpora, num_workers=num_workers, engine=engine, thread_type=thread_type)
@@ -125,7 +125,8 @@ def test_the_same_batches_for_any_workers_and_engine(corpora, engine, num_worker
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("num_workers, thread_type", [(0, "proc"), (2, "proc"), (2, "thread")])
+@pytest.mark.parametrize("num_workers, thread_type", [(0, "proc"), pytest.param(2, "proc", marks=pytest.mark.slow),
+                                                      (2, "thread")])  # process workers: slow
 def test_a_resume_at_any_step_gives_the_same_batches(corpora, num_workers, thread_type):
     reference = build(corpora)
     mix = build(corpora, num_workers=num_workers, thread_type=thread_type)
@@ -226,7 +227,7 @@ def test_group_info_values_come_from_the_batch_corpus(corpora, tmp_path):
         mix.close()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the handbook's example run as a script
 @pytest.mark.timeout(300)
 def test_handbook_mixing_example(tmp_path, demo_root):
     result = run_example(handbook_code("## Mixing corpora"), tmp_path)
@@ -235,6 +236,7 @@ def test_handbook_mixing_example(tmp_path, demo_root):
 
 
 @pytest.mark.slow
+@pytest.mark.nightly  # a benchmark, at a tiny size
 @pytest.mark.timeout(300)
 def test_bench_mix_runs_at_a_tiny_size(load_tool, capsys):
     best, planning = load_tool("bench_mix").main(["--workers", "0", "--utterances", "30", "--repeats", "1",

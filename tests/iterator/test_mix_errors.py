@@ -86,7 +86,6 @@ def test_bad_mix_input_names_the_yaml_path(tmp_path, two, case):
     assert raised.value.exit_code == 2 and "\n" not in str(raised.value)
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bad_mix_input_exits_2_with_one_line(tmp_path, two):
     for case in ("negative", "zero sum", "not a number", "unknown corpus", "no weight", "no batches_per_epoch",

@@ -203,6 +203,7 @@ def test_fastspeech2_shaped_config_loads_trimmed_batches(tmp_path, mfa, make_rec
     assert batch["feat_len"].tolist() == [500, 450, 400]
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(120)
 def test_token_lists_travel_through_process_workers(tmp_path, mfa, make_recipe):
     group = entry(None, "abs.Iterator", data={k: str(mfa[k]) for k in ("feat", "text", "duration")},

@@ -9,14 +9,13 @@ test_rules.py checks against SpeeChain's own output).
 Tests marked ``xfail(strict=True)`` fail today for the reason given; the
 implementer of issue 12 removes each mark as its rule lands.
 """
-import subprocess
-import sys
 import warnings
 
 import pytest
 
 import speechiter
 from speechiter.errors import ConfigError
+from tests.inprocess import run_cli
 from tests.parity import reference as R
 from tests.parity.corpus import TEXT, make_lm_corpus, make_speech_corpus
 
@@ -320,7 +319,6 @@ def test_speechain_root_relative_paths(tmp_path, corpus_root, F, monkeypatch):
     assert [list(b) for b in it.batches] == view
 
 
-@pytest.mark.slow
 def test_recipe_path_relative_to_speechain_root(tmp_path, corpus_root, F, monkeypatch):
     # SpeeChain's runner: `--config recipes/...` is read under $SPEECHAIN_ROOT from any folder
     recipes = corpus_root / "recipes" / "asr"
@@ -334,8 +332,7 @@ def test_recipe_path_relative_to_speechain_root(tmp_path, corpus_root, F, monkey
     it = build("recipes/asr/data_cfg.yaml", "train")
     assert [list(b) for b in it.batches] == R.iterator_view(speech_md(F), "abs", data_len=F + "/idx2wav_len",
                                                             batch_size=4)
-    done = subprocess.run([sys.executable, "-m", "speechiter.run", "--data_cfg", "recipes/asr/data_cfg.yaml",
-                           "--epochs", "1", "--num_workers", "0"], capture_output=True, text=True, timeout=120)
+    done = run_cli("--data_cfg", "recipes/asr/data_cfg.yaml", "--epochs", 1, "--num_workers", 0, cwd=elsewhere)
     assert done.returncode == 0, done.stderr
 
 

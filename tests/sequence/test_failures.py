@@ -14,7 +14,7 @@ from speechiter.errors import WorkerError
 from speechiter.sequence import MSequence, Task
 from tests.sequence import indexers
 
-THREAD_TYPES = ["proc", "thread"]
+THREAD_TYPES = [pytest.param("proc", marks=pytest.mark.slow), "thread"]  # proc: process workers, slow
 
 
 def plan(n=40, size=1):
@@ -40,6 +40,7 @@ def test_worker_exception_becomes_worker_error(thread_type):
     assert mng._scheduler is None or mng._scheduler.closed  # finished
 
 
+@pytest.mark.slow  # a process worker
 @pytest.mark.timeout(60)
 def test_data_error_keeps_exit_code_2_and_long_ids_are_truncated():
     manager = MSequence(indexers.failing_data_error, num_workers=2, out_type='null', dset_size=0)
@@ -70,6 +71,7 @@ def test_inline_mode_raises_the_original_exception():
             list(mng.iterate(plan(20)))
 
 
+@pytest.mark.slow  # a process worker, killed
 @pytest.mark.timeout(60)
 def test_killed_worker_is_reported_within_seconds():
     manager = MSequence(indexers.Killed, num_workers=2, out_type='null', buffer=4, dset_size=0)
@@ -151,6 +153,7 @@ def test_exception_in_consumer_finishes(thread_type, error):
     assert manager._scheduler is None
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_keyboard_interrupt_without_context_manager():
     manager = MSequence(indexers.Slow, num_workers=2, out_type='cpu', dset_size=400, batch_size=2)
@@ -163,6 +166,7 @@ def test_keyboard_interrupt_without_context_manager():
     manager.finish()
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_never_finished_sequence_is_cleaned_when_collected():
     manager = MSequence(indexers.Slow, num_workers=2, out_type='null', dset_size=40, batch_size=2)
@@ -172,6 +176,7 @@ def test_never_finished_sequence_is_cleaned_when_collected():
     gc.collect()
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_finish_is_idempotent_and_restart_works():
     manager = MSequence(indexers.Slow, num_workers=2, out_type='null', dset_size=10, batch_size=3,
@@ -192,6 +197,7 @@ def test_finish_is_idempotent_and_restart_works():
     manager.finish()
 
 
+@pytest.mark.slow  # a spawned worker
 @pytest.mark.timeout(60)
 def test_spawn_worker_failure():
     manager = MSequence(functools.partial(indexers.Failing, data_error=True), num_workers=1,
@@ -229,7 +235,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the main process is a subprocess that dies under its workers
 @pytest.mark.timeout(60)
 def test_workers_exit_and_segments_are_reclaimed_when_the_main_process_dies(tmp_path, caplog):
     import os
@@ -278,6 +284,7 @@ def test_converter_threads_keep_order(thread_type):
     assert manager._scheduler is None
 
 
+@pytest.mark.slow  # forks
 @pytest.mark.timeout(60)
 def test_spawn_needs_a_picklable_worker():
     class Local:
@@ -293,6 +300,7 @@ def test_spawn_needs_a_picklable_worker():
         assert list(mng) == [[0, 1, 2, 3]]
 
 
+@pytest.mark.slow  # a process worker
 @pytest.mark.timeout(60)
 def test_unpicklable_batch_is_a_worker_error():
     manager = MSequence(indexers.Unpicklable, num_workers=1, out_type='null', dset_size=0)

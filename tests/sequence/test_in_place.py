@@ -87,7 +87,7 @@ class PaddedBatches:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("thread_type", ["proc", "thread"])
+@pytest.mark.parametrize("thread_type", [pytest.param("proc", marks=pytest.mark.slow), "thread"])  # proc: slow
 def test_in_place_batches_equal_inline(thread_type):
     plan = [[i, i + 1, i + 2] for i in range(0, 600, 3)][::-1]
     options = dict(dset_size=600, batch_size=3, shuffle=False, out_type="null", batches=plan)

@@ -46,7 +46,7 @@ def _small_shm_allowed() -> bool:
         return False
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a process in a mount namespace with a 1 MB /dev/shm
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not _small_shm_allowed(), reason="needs unshare -m and tmpfs mounts (root)")
 def test_a_dev_shm_too_small_for_a_batch_is_named_not_a_sigbus():
@@ -66,6 +66,7 @@ def test_a_dev_shm_too_small_for_a_batch_is_named_not_a_sigbus():
     assert "SIGBUS" not in result.stderr
 
 
+@pytest.mark.slow  # a process worker, dead of SIGBUS
 @pytest.mark.timeout(60)
 def test_a_worker_dead_of_sigbus_is_reported_as_shared_memory():
     manager = MSequence(indexers.Sigbus, num_workers=1, out_type="null", dset_size=0)
@@ -107,6 +108,7 @@ def cli_recipe(tmp_path, corpus, values=None):
     return recipe
 
 
+@pytest.mark.slow  # a process of its own: its open-files limit is lowered
 @pytest.mark.timeout(120)
 def test_a_low_open_files_limit_is_one_line_naming_it(tmp_path, corpus):
     recipe = cli_recipe(tmp_path, corpus)
@@ -122,7 +124,7 @@ def test_a_low_open_files_limit_is_one_line_naming_it(tmp_path, corpus):
            "`ulimit -n " in lines[0]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a process of its own: its open-files limit is lowered
 @pytest.mark.timeout(120)
 def test_a_worker_out_of_file_descriptors_says_so():
     code = LOW_LIMIT + script("""
@@ -156,7 +158,7 @@ STOPPED_SERVER = script("""
     """)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a process whose fork server is stopped
 @pytest.mark.timeout(90)
 def test_a_stopped_fork_server_is_an_error_naming_it_not_a_hang():
     proc = subprocess.Popen([sys.executable, "-c", STOPPED_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -184,7 +186,7 @@ def test_a_stopped_fork_server_is_an_error_naming_it_not_a_hang():
 # ------------------------------------------------------------- storage cache
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a CLI process with a process worker and its own storage cache setting
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("what", ["file", "below a file"])
 def test_an_unusable_storage_cache_folder_is_one_line_exit_2(tmp_path, corpus, what):

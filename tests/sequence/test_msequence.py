@@ -40,6 +40,7 @@ def as_bytes(batch):
 # ------------------------------------------------------------------- MDNC page
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_mdnc_example_default_mode():
     with pytest.warns(RuntimeWarning, match="CUDA is not available"):
@@ -64,6 +65,7 @@ def test_mdnc_example_test_mode():
     assert out == [[i] for i in range(512)]
 
 
+@pytest.mark.slow  # process workers
 def test_default_plan_shuffle_is_seeded_per_epoch():
     manager = MSequence(indexers.Echo, dset_size=np.arange(100, 110), batch_size=4, num_workers=0,
                         out_type='null', seed=3)
@@ -77,6 +79,7 @@ def test_default_plan_shuffle_is_seeded_per_epoch():
         assert [sum(mng, []) for _ in range(2)] == [epoch1, epoch2]
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_batches_option_is_the_plan():
     plan = [[5, 1], [2], [9, 8, 7]]
@@ -168,6 +171,7 @@ def test_round_trip_cpu_gives_tensors(thread_type):
         assert torch.equal(batch["tensor"], raw["tensor"]) and torch.equal(batch["bf16"], raw["bf16"])
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_slots_are_reused_and_grown():
     # 1 MiB batches many times, then a 6 MiB one: it must grow its slot.
@@ -245,7 +249,7 @@ def test_first_batch_is_built_alone_then_the_buffer_opens():
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("thread_type", ["proc", "thread"])
+@pytest.mark.parametrize("thread_type", [pytest.param("proc", marks=pytest.mark.slow), "thread"])  # proc: slow
 def test_workers_persist_and_lookahead_is_used(thread_type):
     epoch1 = [Task(i, [i], None) for i in range(10)]
     epoch2 = [Task(i, [100 + i], None) for i in range(10)]
@@ -265,7 +269,7 @@ def test_workers_persist_and_lookahead_is_used(thread_type):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("thread_type", ["proc", "thread"])
+@pytest.mark.parametrize("thread_type", [pytest.param("proc", marks=pytest.mark.slow), "thread"])  # proc: slow
 def test_lookahead_past_the_next_epoch_is_kept_for_the_one_after(thread_type):
     # Epochs of 2 batches and a buffer of 5: each call looks 5 tasks ahead, into
     # the next three epochs, and every prefetched task is used, none sent twice.
@@ -283,6 +287,7 @@ def test_lookahead_past_the_next_epoch_is_kept_for_the_one_after(thread_type):
     assert sent == 12  # 6 epochs of 2 tasks, each sent once
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_mismatched_lookahead_is_discarded():
     epoch1 = [Task(i, [i], None) for i in range(6)]
@@ -310,6 +315,7 @@ def test_mismatched_lookahead_is_discarded():
         assert len(mng._scheduler._slots.free) == 4
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_new_iterate_supersedes_unfinished_one():
     tasks = [Task(i, [i], None) for i in range(8)]

@@ -28,7 +28,7 @@ STALLED = script("""
     """)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # Ctrl-C sent to a real process
 @pytest.mark.timeout(90)
 def test_ctrl_c_ends_a_run_whose_thread_workers_are_stuck_in_reads(tmp_path):
     marker = tmp_path / "stuck"
@@ -85,7 +85,7 @@ def no_process_runs(recipe):
     return not any(str(recipe) in " ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # SIGTERM sent to a real CLI process
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("thread_type", ["proc", "thread"])
 def test_sigterm_ends_a_cli_run_as_ctrl_c_does_leaving_nothing(tmp_path, corpus, thread_type):
@@ -128,6 +128,7 @@ HOLDING = script("""
     """)
 
 
+@pytest.mark.slow  # a main process killed under its workers
 @pytest.mark.timeout(90)
 def test_segments_of_a_killed_main_process_are_unlinked_when_its_workers_end(tmp_path):
     marker = tmp_path / "stuck"

@@ -45,6 +45,7 @@ def test_the_default_never_forks_this_process():
         "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(120)
 def test_a_lock_held_by_another_thread_does_not_reach_the_workers():
     with _Holder():
@@ -68,6 +69,7 @@ def test_with_fork_the_same_lock_deadlocks_the_workers():
                 list(mng.iterate(TASKS))
 
 
+@pytest.mark.slow  # process workers
 @pytest.mark.timeout(60)
 def test_workers_see_the_environment_of_the_moment_they_start(monkeypatch):
     manager = MSequence(indexers.Environ, num_workers=1, thread_type="proc", out_type="null", dset_size=0)
@@ -108,7 +110,7 @@ def run_script(tmp_path, demo_root, *, own_dataset: bool, guarded: bool):
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100, env=env)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a script run as a process: its unguarded __main__ is the point
 @pytest.mark.timeout(120)
 def test_an_unguarded_script_with_the_package_datasets_runs(tmp_path, demo_root):
     """Workers do not re-run the main script when the dataset does not need it."""
@@ -117,7 +119,7 @@ def test_an_unguarded_script_with_the_package_datasets_runs(tmp_path, demo_root)
     assert int(done.stdout) > 0 and done.stderr == ""
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a script run as a process: its unguarded __main__ is the point
 @pytest.mark.timeout(120)
 def test_an_unguarded_script_that_defines_its_dataset_gets_one_clear_error(tmp_path, demo_root):
     done = run_script(tmp_path, demo_root, own_dataset=True, guarded=False)
@@ -128,7 +130,7 @@ def test_an_unguarded_script_that_defines_its_dataset_gets_one_clear_error(tmp_p
     assert done.stderr.count("Traceback") == 1  # the workers print nothing
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a script run as a process: its guarded __main__ is the point
 @pytest.mark.timeout(120)
 def test_the_same_script_guarded_runs(tmp_path, demo_root):
     done = run_script(tmp_path, demo_root, own_dataset=True, guarded=True)
@@ -136,6 +138,7 @@ def test_the_same_script_guarded_runs(tmp_path, demo_root):
     assert int(done.stdout) > 0 and done.stderr == ""
 
 
+@pytest.mark.slow  # a python -c process of its own
 @pytest.mark.timeout(120)
 def test_a_reader_defined_in_an_interactive_session_uses_fork():
     """`python -c` (or a notebook): workers could not import its classes, so fork it is."""
@@ -174,7 +177,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a script run as a process: torch imported only later, in the workers
 @pytest.mark.timeout(120)
 def test_a_dataset_that_imports_torch_lazily_is_seeded_in_workers(tmp_path):
     """NOTE [ A batch that imports torch ] in speechiter/sequence/fetch.py."""

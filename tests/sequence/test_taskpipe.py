@@ -16,6 +16,7 @@ def echo_back(reader, results, count):
         results.send(reader.recv())
 
 
+@pytest.mark.slow  # forks
 @pytest.mark.timeout(60)
 def test_messages_larger_than_the_pipe_wait_in_the_sender_and_arrive_in_order():
     ctx = multiprocessing.get_context("fork")

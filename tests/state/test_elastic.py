@@ -237,8 +237,11 @@ def test_cli_state_files_resume_from_the_earliest_rank(tmp_path):
     with pytest.raises(ConfigError, match=r"^--resume: .*state.rank2.json is missing: the run that wrote "
                                           r".*state.rank0.json had 3 ranks, each with its own state file$"):
         saved_states(path, 0, distributed=True)
-    write(2, 4, world_size=2)  # a job killed as it began: files of two runs, the later one's at its start
+    write(2, 4, world_size=4)  # files of two runs (NOTE [ First state files ] in state_files.py)
     assert earliest(saved_states(path, 0, distributed=True))[1].step == 4
+    write(2, 4, world_size=2)  # a run of 2 ranks has no rank 2: a file renamed or of another run
+    with pytest.raises(ConfigError, match=r"state.rank2.json was saved by a run of 2 ranks, which has no rank 2"):
+        saved_states(path, 0, distributed=True)
 
 
 def test_layout_strings_and_round_trip():

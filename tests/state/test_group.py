@@ -1,8 +1,5 @@
 """Groups of iterators: steps shortest/longest, GroupLoader state, skipped counts in summary and report."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -11,8 +8,8 @@ from speechiter.errors import ConfigError
 from speechiter.group import GroupLoader, IteratorGroup, build_group_loader
 from speechiter.iterator.abs import Iterator
 from tests.iterator.test_loop import handbook_code, run_example
+from tests.cli.test_run import read_dump, run_cli
 from tests.state.old_forms import loader_state
-from tests.cli.test_run import REPO, read_dump, run_cli
 from tests.recipes import entry, write_recipe
 
 
@@ -157,7 +154,6 @@ def test_group_state_errors_name_the_problem(semi):
             it.close()
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_cli_reports_what_shortest_skipped_even_when_quiet(semi):
     tmp_path, corpus = semi
@@ -169,7 +165,6 @@ def test_cli_reports_what_shortest_skipped_even_when_quiet(semi):
     assert "train/unsup: skipped 8 batches (16 utterances)" in result.stdout
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_cli_longest_loads_every_utterance_and_resumes(semi):
     tmp_path, corpus = semi
@@ -195,7 +190,7 @@ def test_cli_longest_loads_every_utterance_and_resumes(semi):
     assert resumed.returncode == 2 and "saved by a different run" in resumed.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the handbook's example run as a script
 @pytest.mark.timeout(300)
 def test_handbook_semi_supervised_example(tmp_path, demo_root):
     result = run_example(handbook_code("## Groups: semi-supervised steps"), tmp_path)
@@ -270,7 +265,6 @@ class StopAfter(SpeechTextDataset):
 '''
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_cli_run_that_dies_mid_epoch_of_a_longest_group_resumes(semi):
     tmp_path, corpus = semi
@@ -280,9 +274,7 @@ def test_cli_run_that_dies_mid_epoch_of_a_longest_group_resumes(semi):
     common = ("--data_cfg", cfg, "--epochs", 2, "--num_workers", 0, "--quiet")
     done = run_cli(*common, "--dump_batches", full)
     assert done.returncode == 0, done.stderr
-    env = dict(os.environ, PYTHONPATH=str(REPO), STOP_AFTER="19")  # unsup's 7th utterance of epoch 2
-    died = subprocess.run([sys.executable, "-m", "speechiter.run", *map(str, common), "--save_state", str(state)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    died = run_cli(*common, "--save_state", state, env={"STOP_AFTER": "19"})  # unsup's 7th utterance of epoch 2
     assert died.returncode == 1 and "stopped here" in died.stderr, died.stderr
     saved = json.loads(state.read_text())["train"]
     assert saved["epoch"] == 2 and 3 < saved["step"] < 12, saved  # mid-epoch, past the end of sup's epoch

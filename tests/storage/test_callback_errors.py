@@ -74,7 +74,7 @@ class FailingStore:
         self.thread.join(10)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a process of its own: what it prints at exit ("Exception ignored") is the point
 @pytest.mark.timeout(120)
 def test_a_503_inside_a_flac_decode_prints_one_redacted_line(tmp_path):
     pytest.importorskip("fsspec")

@@ -27,7 +27,8 @@ def test_segments_read_exactly_the_files_samples(tmp_path, make_corpus, fmt):
         assert ids_a == ids_b and np.array_equal(len_a, len_b) and np.array_equal(feat_a, feat_b)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # an S3 server, timed runs
+@pytest.mark.nightly  # a benchmark, at a tiny size
 @pytest.mark.timeout(300)
 def test_bench_large_runs_at_a_tiny_size(tmp_path, capsys):
     pytest.importorskip("moto")

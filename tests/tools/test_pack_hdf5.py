@@ -1,8 +1,5 @@
 """tools/pack_hdf5.py: packed chunks read back exactly like the individual files."""
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -11,6 +8,7 @@ import pytest
 import soundfile as sf
 
 from speechiter.dataset.speech_text import SpeechTextDataset
+from tests.inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 PRESET = "config/feat/log_mel/80bin_25ms_10ms.yaml"
@@ -72,14 +70,11 @@ def test_feature_pack_equals_on_the_fly_features(tmp_path, make_corpus, pack_too
     assert [int(lengths[uid]) for uid in sorted(lengths)] == packed["feat_len"].tolist()
 
 
-@pytest.mark.slow
 def test_cli_and_errors(tmp_path, make_corpus):
     corpus = make_corpus(tmp_path / "corpus", num=3)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
 
     def run(*args):
-        return subprocess.run([sys.executable, str(REPO / "tools" / "pack_hdf5.py"), *map(str, args)],
-                              env=env, capture_output=True, text=True, timeout=60)
+        return run_cli(*args, script=REPO / "tools" / "pack_hdf5.py", cwd=Path.cwd())
 
     ok = run(corpus / "idx2wav", tmp_path / "out", "--chunk_size", 2)
     assert ok.returncode == 0 and "wrote" in ok.stdout

@@ -1,7 +1,5 @@
 """tools/: make_corpus, data_len, make_demo, and the shared fixtures built on them."""
 import filecmp
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,6 +11,7 @@ from speechiter.idx2 import read_idx2
 from speechiter.paths import resolve_data_path
 
 from tests.conftest import REPO_ROOT, TOOLS_DIR
+from tests.inprocess import run_cli
 
 IDX2_FILES = ("idx2wav", "idx2wav_len", "idx2text", "idx2spk", "idx2gen")
 
@@ -237,6 +236,7 @@ def test_make_demo_without_espeak(make_demo_tool, tmp_path, monkeypatch, capsys)
     assert "espeak-ng is not installed" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # runs a command
 def test_make_demo_espeak_failure(make_demo_tool, tmp_path):
     with pytest.raises(make_demo_tool.DemoError, match="espeak-ng failed"):
         make_demo_tool.make_demo(tmp_path, espeak="false")
@@ -245,16 +245,13 @@ def test_make_demo_espeak_failure(make_demo_tool, tmp_path):
 # ----------------------------------------------------------------- CLIs
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("tool", ["make_corpus", "data_len", "make_demo"])
 def test_help(tool):
-    result = subprocess.run([sys.executable, str(TOOLS_DIR / f"{tool}.py"), "--help"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=60)
+    result = run_cli("--help", script=TOOLS_DIR / f"{tool}.py", cwd=REPO_ROOT)
     assert result.returncode == 0 and "usage:" in result.stdout
 
 
 def test_data_len_cli_bad_input_exit_2(tmp_path):
-    result = subprocess.run([sys.executable, str(TOOLS_DIR / "data_len.py"), str(tmp_path / "nope")],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    result = run_cli(tmp_path / "nope", script=TOOLS_DIR / "data_len.py", cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "no such idx2 file" in result.stderr
