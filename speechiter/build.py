@@ -20,6 +20,8 @@ from speechiter.dataset.abs import Dataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.group import IteratorGroup
 from speechiter.iterator.abs import Iterator
+from speechiter.iterator.loadable import Loadable
+from speechiter.iterator.mix import MixIterator
 from speechiter.paths import PathPolicy, file_options
 from speechiter.registry import check_keywords, resolve_class
 
@@ -34,6 +36,7 @@ def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[
     whose ``type`` and ``dataset_type`` may be the classes themselves).
 
     Returns ``{"train": Iterator | {name: Iterator}, "valid": ..., "test": {set: Iterator | {name: Iterator}}}``
+    (a ``mix.MixIterator`` where the data_cfg has one)
     for the groups present (or those named in ``groups``); named iterators come as an
     :class:`speechiter.group.IteratorGroup` (a dict with the group's ``steps`` policy). valid and test
     iterators are built with ``evaluation=True`` (see Iterator). ``settings`` are
@@ -120,9 +123,10 @@ def recipe_paths(data_cfg) -> PathPolicy:
 
 
 def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy, found_here: Optional[list] = None,
-              inner: bool = False) -> Iterator:
+              inner: bool = False) -> Loadable:
     extra_dirs = paths.code_dirs()
-    cls = resolve_class("iterator", spec.type, f"{spec.path}.type", base=Iterator, extra_dirs=extra_dirs)
+    cls = resolve_class("iterator", spec.type, f"{spec.path}.type", base=(Iterator, MixIterator),
+                        extra_dirs=extra_dirs)
     if getattr(cls, "nested_option", None):
         if inner:
             raise ConfigError(f"{spec.path}.type", "a mix inside a mix is not supported: list its corpora in the "
@@ -161,7 +165,7 @@ def build_one(spec, runtime: Dict[str, Any], paths: PathPolicy, found_here: Opti
                    name=spec.label, **kwargs)
 
 
-def build_nested(cls, spec, runtime: Dict[str, Any], paths: PathPolicy, found_here: Optional[list]) -> Iterator:
+def build_nested(cls, spec, runtime: Dict[str, Any], paths: PathPolicy, found_here: Optional[list]) -> Loadable:
     """An iterator whose conf holds named iterators (``mix.MixIterator``'s ``iterators``): each is built as
     an ordinary iterator with the run's settings (and those the outer conf sets), then the outer one."""
     conf_path, key = f"{spec.path}.conf", cls.nested_option
@@ -197,14 +201,14 @@ def _prefixed_errors(conf_path: str):
 # --- Walking a build_iterators() result ------------------------------------
 # {group: Iterator | {name: Iterator}}, test: {set: Iterator | {name: Iterator}}
 
-def iterators_of(group_value) -> Dict[Optional[str], Iterator]:
-    """``{name: Iterator}`` of one group (or test set); the name is None for a single iterator."""
-    if isinstance(group_value, Iterator):
+def iterators_of(group_value) -> Dict[Optional[str], Loadable]:
+    """``{name: iterator}`` of one group (or test set); the name is None for a single iterator."""
+    if isinstance(group_value, Loadable):
         return {None: group_value}
     return dict(group_value)
 
 
-def iterator_groups(iterators: Dict[str, Any]) -> Iterable[Tuple[str, Optional[str], Dict[Optional[str], Iterator]]]:
+def iterator_groups(iterators: Dict[str, Any]) -> Iterable[Tuple[str, Optional[str], Dict[Optional[str], Loadable]]]:
     """``(group, test set or None, {name: Iterator})`` of every group and test set, in order."""
     for group, value in iterators.items():
         if group == "test":
@@ -214,15 +218,15 @@ def iterator_groups(iterators: Dict[str, Any]) -> Iterable[Tuple[str, Optional[s
             yield group, None, iterators_of(value)
 
 
-def flat_iterators(iterators: Dict[str, Any]) -> Iterable[Tuple[str, Iterator]]:
-    """``(label, Iterator)`` of every iterator: ``train``, ``train/sup``, ``test/clean/asr`` ..."""
+def flat_iterators(iterators: Dict[str, Any]) -> Iterable[Tuple[str, Loadable]]:
+    """``(label, iterator)`` of every iterator: ``train``, ``train/sup``, ``test/clean/asr`` ..."""
     for group, set_name, named in iterator_groups(iterators):
         for name, iterator in named.items():
             yield iterator_label(group, set_name, name), iterator
 
 
 def close_all(iterators: Dict[str, Any]):
-    """Close every Iterator in a build_iterators() result."""
+    """Close every iterator in a build_iterators() result."""
     for _, iterator in flat_iterators(iterators):
         iterator.close()
 

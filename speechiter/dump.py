@@ -1,8 +1,10 @@
 """Batch checksums and the --dump_batches JSONL writer (format: handbook.md, "The command line")."""
+import glob
 import hashlib
 import json
 import os
-from typing import Any, List, Optional
+import re
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -59,6 +61,39 @@ def rank_path(path: str, rank: int) -> str:
     """``dump.jsonl`` -> ``dump.rank1.jsonl`` (distributed runs)."""
     root, ext = os.path.splitext(path)
     return f"{root}.rank{rank}{ext}"
+
+
+def split_rank(path: str) -> Optional[Tuple[str, int]]:
+    """``state.rank2.json`` -> ``("state.json", 2)``: the name given to --save_state and the rank (None: no
+    ``.rank<r>`` before the extension)."""
+    root, ext = os.path.splitext(path)
+    match = re.fullmatch(r"(.+)\.rank(\d+)", root, re.S)
+    return (match.group(1) + ext, int(match.group(2))) if match else None
+
+
+def rank_files(path: str) -> List[str]:
+    """The existing files ``path.rank<r>`` (rank_path's names), by rank."""
+    root, ext = os.path.splitext(path)
+    found = [(split_rank(name), name) for name in glob.glob(f"{glob.escape(root)}.rank*{glob.escape(ext)}")]
+    return [name for key, name in sorted((key[1], name) for key, name in found if key and key[0] == path)]
+
+
+def earlier_dumps(path: str, distributed: bool) -> List[str]:
+    """The non-empty regular files a run's ``--dump_batches path`` would write over (its rank files under
+    ``distributed``).
+
+    # NOTE [ Dumps of a resumed run ]
+    A run resumed after a kill must not write its dump over the dump of the run it
+    continues: that holds the steps up to the kill (and some past the resume point,
+    which the resumed run loads again); truncating it would lose them, and on
+    another number of ranks the old files of the other ranks would stay beside
+    the new ones as if of one run. Appending would mix the two runs in one file,
+    after a record the kill cut in half. So the command line refuses a --resume
+    whose --dump_batches already holds records (any of its rank files under
+    --distributed), before it loads anything, and says to name a new file.
+    """
+    names = rank_files(path) if distributed else [path]
+    return [name for name in names if os.path.isfile(name) and os.path.getsize(name) > 0]
 
 
 class DumpWriter:

@@ -1,6 +1,6 @@
 """Ids and what is keyed by them, stored compactly: ids as bytes (IdIndex, IdList, SortedIds), idx2 values as
 byte ranges (Column), lengths as arrays (LengthMap). The batching view built on them is
-speechiter.iterator.view.BatchView; the dataset and the iterator layers share these types.
+speechiter.plan.view.BatchView; the dataset and the iterator layers share these types.
 
 # NOTE [ Compact storage ]
 A corpus of 10M utterances as dicts of Python strings costs gigabytes, seconds
@@ -14,7 +14,7 @@ the refcounts of the objects it reads, so shared pages are copied, pytorch
 - idx2 values stay in the bytes of the file they came from, as ``[start, end)``
   ranges (:class:`Column`); a value becomes a ``str`` only when read;
 - a batching view is one array of ids in batch order plus batch offsets
-  (:class:`speechiter.iterator.view.BatchView`).
+  (:class:`speechiter.plan.view.BatchView`).
 
 The public API still speaks lists and dicts: :class:`IdList`, :class:`Column`,
 :class:`LengthMap` and :class:`BatchView` are read-only ``Sequence`` /

@@ -12,7 +12,8 @@ from typing import Any, Dict, List, Optional
 from speechiter.batch import attach
 from speechiter.sequence.timing import BatchTiming
 from speechiter.skips import SkipLog, is_empty
-from speechiter.state import LoaderState
+from speechiter.state import check_step
+from speechiter.state_versions import read_loader_state
 
 
 class Loader:
@@ -55,23 +56,21 @@ class Loader:
 
     def state_dict(self) -> Dict[str, Any]:
         """Where this loader stands: resume with :meth:`load_state_dict`. See speechiter.state."""
-        return LoaderState.of(self.iterator, self.epoch, self.step).to_dict()
+        return self.iterator.state_at(self.epoch, self.step).to_dict()
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue from a saved state: the next batch is the one after it, the rest of its epoch as
-        the saved run planned it when saved on another layout (ranks, ngpu; see NOTE [ Elastic resume ]
-        in speechiter/iterator/elastic.py).
+        """Continue from a saved state (of any supported version): the next batch is the one after it, the
+        rest of its epoch as the saved run planned it when saved on another layout (ranks, ngpu; see
+        NOTE [ Elastic resume ] in speechiter/plan/layout.py).
 
-        Raises a ConfigError if the state is malformed or belongs to another configuration.
+        Raises a ConfigError, and changes nothing, if the state is malformed or belongs to another
+        configuration.
         """
-        saved = LoaderState.from_dict(state)
+        saved = read_loader_state(state)
         saved.check_setup(self.iterator)
-        self.iterator.continue_from(saved)  # See NOTE [ Elastic resume ]
-        try:
-            saved.check_fits(self.iterator)
-        except Exception:
-            self.iterator.continue_epoch(saved.epoch, None)
-            raise
+        planner = self.iterator.planner.continue_from(saved)  # See NOTE [ Elastic resume ]
+        check_step(saved.step, planner.epoch_len(saved.epoch), saved.epoch, "state.step")
+        self.iterator.planner = planner
         self._start_at(saved.epoch, saved.step)
 
     def __len__(self):

@@ -15,12 +15,18 @@ import numpy as np
 
 def summarize(batches: Sequence[Sequence[str]], lengths: Optional[Mapping[str, float]]) -> dict:
     """Batches, utterances, padding efficiency (real / padded frames) and batch sizes."""
+    values = None if lengths is None else [[lengths[u] for u in b] for b in batches]
+    return summarize_lengths(batches, values)
+
+
+def summarize_lengths(batches: Sequence[Sequence[str]], values: Optional[Sequence[Sequence[float]]]) -> dict:
+    """:func:`summarize` with each batch's lengths given (``values[i]``: batch i's, in its order)."""
     sizes = np.array([len(b) for b in batches], dtype=np.int64)
     stats = {"batches": len(sizes), "utterances": int(sizes.sum()), "min_batch": int(sizes.min()) if len(sizes) else 0,
              "mean_batch": float(sizes.mean()) if len(sizes) else 0.0, "max_batch": int(sizes.max(initial=0)),
              "padding_efficiency": None, "longest": None, "real": None, "padded": None}
-    if lengths is not None and len(sizes):
-        values = [np.array([lengths[u] for u in b], dtype=np.float64) for b in batches]
+    if values is not None and len(sizes):
+        values = [np.array(v, dtype=np.float64) for v in values]
         stats["longest"] = np.array([v.max() for v in values])
         stats["real"] = np.array([v.sum() for v in values])
         stats["padded"] = stats["longest"] * sizes
@@ -46,12 +52,15 @@ def have_matplotlib() -> bool:
     return True
 
 
-def length_unit(data_len_files) -> str:
-    """What the lengths count, from the length files' names: samples, frames, or (text lengths) tokens."""
+def length_unit(data_len_files, dataset=None) -> str:
+    """What the lengths count: frames where the dataset computes features (``feat_conf``), else by the
+    length files' names: frames, samples, or (text lengths) tokens."""
+    if getattr(dataset, "feat_extractor", None) is not None:
+        return "frames"
     names = " ".join([data_len_files] if isinstance(data_len_files, str) else data_len_files or [])
     if not names:
         return "tokens"
-    return "frames" if "feat" in names else "samples" if "wav" in names else "length units"
+    return "frames" if "feat" in names else "samples" if "wav" in names or "segments" in names else "length units"
 
 
 def plot_batches(batches: Sequence[Sequence[str]], lengths: Optional[Mapping[str, float]], path,
@@ -61,7 +70,10 @@ def plot_batches(batches: Sequence[Sequence[str]], lengths: Optional[Mapping[str
     Left: utterances per batch against the batch's longest utterance. Right:
     padded frames per batch (real part and padding), in plan order.
     """
-    stats = summarize(batches, lengths)
+    return _plot(batches, summarize(batches, lengths), path, title, unit, budget)
+
+
+def _plot(batches, stats: dict, path, title: Optional[str], unit: str, budget: Optional[float]) -> str:
     line = summary_line(stats)
     figure = draw(batches, stats, title or line, unit, budget)
     figure.savefig(path)
@@ -98,9 +110,11 @@ def draw(batches: Sequence[Sequence[str]], stats: dict, title: str, unit: str = 
     else:
         left.hist(sizes, bins=min(50, max(1, len(set(sizes.tolist())))))
         left.set_xlabel("utterances per batch")
+        left.set_ylabel("batches")
         right.plot(sizes)
         right.set_ylabel("utterances")
-    left.set_ylabel("utterances per batch")
+    if stats["longest"] is not None:
+        left.set_ylabel("utterances per batch")
     right.set_xlabel("batch (plan order)")
     left.yaxis.set_major_locator(MaxNLocator(integer=True))
     right.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -112,12 +126,19 @@ def draw(batches: Sequence[Sequence[str]], stats: dict, title: str, unit: str = 
 
 
 def plot_iterator(iterator, path, epoch: int = 1) -> str:
-    """:func:`plot_batches` of an Iterator's plan for ``epoch`` (clipped and shuffled as loaded)."""
+    """:func:`plot_batches` of an Iterator's plan for ``epoch`` (clipped and shuffled as loaded); a mix's
+    batches with the lengths of their corpora."""
     batches = iterator.epoch_batches(epoch)
-    title = f"{iterator.name}, epoch {epoch}: {summary_line(summarize(batches, iterator.data_len))}"
-    conf = getattr(iterator, "iter_conf", {})
-    return plot_batches(batches, iterator.data_len, path, title=title,
-                        unit=length_unit(getattr(iterator, "data_len_files", None)), budget=conf.get("batch_len"))
+    corpora = [iterator.iterators[iterator.source_of(epoch, step)] for step in range(1, len(batches) + 1)] \
+        if hasattr(iterator, "source_of") else [iterator] * len(batches)
+    values = None if any(corpus.data_len is None for corpus in corpora) else [
+        [corpus.data_len[u] for u in batch] for corpus, batch in zip(corpora, batches)]
+    stats = summarize_lengths(batches, values)
+    title = f"{iterator.name}, epoch {epoch}: {summary_line(stats)}"
+    units = {length_unit(it.data_len_files, it.dataset) for it in set(corpora)}
+    budgets = {getattr(it, "iter_conf", {}).get("batch_len") for it in set(corpora)}
+    return _plot(batches, stats, path, title, units.pop() if len(units) == 1 else "length units",
+                 budgets.pop() if len(budgets) == 1 else None)
 
 
 def plot_plans(named: Sequence[Tuple[str, object]], path: str, epoch: int) -> None:

@@ -21,7 +21,7 @@ import inspect
 import sys
 import traceback
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Tuple, Union
 
 from speechiter.checks import did_you_mean
 from speechiter.errors import ConfigError
@@ -130,9 +130,10 @@ def _qualified(cls) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def resolve_class(kind: str, name: str, path: str, base: type, extra_dirs: Iterable = (),
+def resolve_class(kind: str, name: str, path: str, base: Union[type, Tuple[type, ...]], extra_dirs: Iterable = (),
                   types: Mapping | None = None, aliases: Mapping | None = None) -> type:
-    """The class named by ``name`` (a YAML ``type`` / ``dataset_type``), a subclass of ``base``.
+    """The class named by ``name`` (a YAML ``type`` / ``dataset_type``), a subclass of ``base`` (or of one
+    of several: errors name the first).
 
     ``name`` may also be the class itself (a data_cfg built in Python), which is only checked.
     ``kind`` is "iterator" or "dataset"; ``path`` is the YAML path used in errors;
@@ -144,7 +145,7 @@ def resolve_class(kind: str, name: str, path: str, base: type, extra_dirs: Itera
         raise ValueError(f"kind should be one of {sorted(types)}, got {kind!r}")
     if inspect.isclass(name):
         if not issubclass(name, base):
-            raise ConfigError(path, f"{_qualified(name)} is not a subclass of {_qualified(base)}")
+            raise ConfigError(path, f"{_qualified(name)} is not a subclass of {_first(base)}")
         return name
     if not isinstance(name, str) or "." not in name.strip(".") or any(not p for p in name.split(".")):
         raise ConfigError(path, f"expected file.Class (e.g. {_EXAMPLES.get(kind, 'file.Class')}), got {name!r}")
@@ -184,17 +185,22 @@ def resolve_class(kind: str, name: str, path: str, base: type, extra_dirs: Itera
                             f"from sys.path{' or ' + searched if searched else ''}")
 
 
-def _is_subclass(obj, base: type) -> bool:
+def _first(base: Union[type, Tuple[type, ...]]) -> str:
+    """The base class an error names (the first of several)."""
+    return _qualified(base[0] if isinstance(base, tuple) else base)
+
+
+def _is_subclass(obj, base: Union[type, Tuple[type, ...]]) -> bool:
     return inspect.isclass(obj) and issubclass(obj, base)
 
 
-def _checked(obj, name: str, path: str, base: type) -> type:
+def _checked(obj, name: str, path: str, base: Union[type, Tuple[type, ...]]) -> type:
     if not inspect.isclass(obj):
         raise ConfigError(path, f"{name} resolves to {getattr(obj, '__module__', '?')}."
                           f"{getattr(obj, '__qualname__', name)}, which is not a class")
     if not issubclass(obj, base):
         raise ConfigError(path, f"{name} resolves to {_qualified(obj)}, which is not a subclass "
-                          f"of {_qualified(base)}")
+                          f"of {_first(base)}")
     return obj
 
 

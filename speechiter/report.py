@@ -21,18 +21,16 @@ class IteratorStats:
         self.name = name
         self.total_batches = len(iterator.batches)
         self.batches_per_epoch = len(iterator)
-        self.sample_rate = getattr(iterator.dataset, "sample_rate", None)
-        self.data_roots = data_roots(getattr(iterator.dataset, "sources", {}))
-        # seconds of audio per feature frame, for datasets that compute features (feat_conf)
-        extractor = getattr(iterator.dataset, "feat_extractor", None)
-        self.frame_s = (extractor.window_shift / extractor.sample_rate
-                        if extractor is not None and getattr(extractor, "sample_rate", None) else None)
+        corpora = corpora_of(iterator)
+        self.data_roots = sorted({root for corpus in corpora.values() if corpus is not None
+                                  for root in data_roots(corpus.dataset.main_data_files)})
+        # {batch.source: (sample rate, seconds of audio per feature frame)}: a mix's corpora may differ
+        self.units = {source: _units(corpus.dataset) for source, corpus in corpora.items() if corpus is not None}
         self.steps = 0
         self.utterances = 0
         self.real_frames = 0
         self.padded_frames = 0
-        self.audio_frames = 0
-        self.audio_s = 0.0  # from feature frames
+        self.audio_s = 0.0  # from waveform lengths or feature frames
         self.wait_s = 0.0
         self.active_s = 0.0  # wall time of its group's epochs
         self.first_batch_s: Optional[float] = None
@@ -52,10 +50,11 @@ class IteratorStats:
             real = int(lengths.sum())
             self.real_frames += real
             self.padded_frames += int(feat.shape[0] * feat.shape[1])
-            if self.sample_rate and feat.ndim == 3 and feat.shape[2] == 1:
-                self.audio_frames += real
-            elif self.frame_s is not None:
-                self.audio_s += real * self.frame_s
+            sample_rate, frame_s = self.units.get(getattr(batch, "source", None), (None, None))
+            if sample_rate and feat.ndim == 3 and feat.shape[2] == 1:
+                self.audio_s += real / sample_rate
+            elif frame_s is not None:
+                self.audio_s += real * frame_s
 
     def add_loader(self, loader):
         self.wait_s += loader.wait_s
@@ -63,9 +62,7 @@ class IteratorStats:
             self.first_batch_s = loader.first_batch_s
 
     def as_dict(self) -> Dict[str, Any]:
-        audio_s = self.audio_frames / self.sample_rate if self.sample_rate and self.audio_frames else None
-        if audio_s is None and self.audio_s:
-            audio_s = self.audio_s
+        audio_s = self.audio_s or None
         own_s = self.active_s
         return {
             "total_batches": self.total_batches,
@@ -150,10 +147,27 @@ class RunReport:
         return "\n".join(lines)
 
 
-def data_roots(sources: Dict[str, List[str]]) -> List[str]:
+def corpora_of(iterator) -> Dict[Optional[str], Any]:
+    """``{batch.source: iterator}``: a mix's corpora by name (None for a weight-0 corpus, whose batches never
+    come), else ``{None: iterator}``."""
+    from speechiter.iterator.mix import MixIterator
+    if isinstance(iterator, MixIterator):
+        return {name: corpus if iterator.weights[name] > 0 else None for name, corpus in iterator.iterators.items()}
+    return {None: iterator}
+
+
+def _units(dataset):
+    """``(sample rate, seconds per feature frame)`` of a dataset's batches (None where unknown)."""
+    extractor = getattr(dataset, "feat_extractor", None)
+    frame_s = (extractor.window_shift / extractor.sample_rate
+               if extractor is not None and getattr(extractor, "sample_rate", None) else None)
+    return getattr(dataset, "sample_rate", None), frame_s
+
+
+def data_roots(main_data_files: Dict[str, List[str]]) -> List[str]:
     """The folders of an iterator's main_data files (absolute; URLs as given): where its data came from."""
     folders = {os.path.dirname(f if "://" in f else os.path.abspath(f))
-               for files in sources.values() for f in files if isinstance(f, str)}
+               for files in main_data_files.values() for f in files if isinstance(f, str)}
     return sorted(folders)
 
 

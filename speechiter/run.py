@@ -8,22 +8,20 @@ every test set. Exit codes: 0 success, 2 configuration or input error (one
 line on stderr), 1 any other failure, 130 Ctrl-C, 143 SIGTERM.
 """
 import argparse
-import os
 import sys
 import time
-import traceback
 from typing import Dict, Optional
 
 from speechiter import interrupts
 from speechiter.build import build_iterators, close_all, flat_iterators
 from speechiter.config import iterator_label, load_config
-from speechiter.dump import DumpWriter, rank_path
+from speechiter.dump import DumpWriter, earlier_dumps, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, group_steps
-from speechiter.io.storage import redact
+from speechiter.launch import Launcher, check_launch, init_distributed
+from speechiter.messages import report_error, warnings_as_lines
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
-from speechiter.skips import one_line_warnings
 from speechiter.state import GroupState
 from speechiter.state_files import StateFiles
 from speechiter.user_files import check_output
@@ -83,11 +81,15 @@ class CommandLineRun:
         self.dump = DumpWriter(args.dump_batches, rank, args.distributed) if args.dump_batches else None
         self.states = StateFiles(iterators, args.seed, args.save_state, args.distributed, rank, world_size)
         self.resumed: Optional[GroupLoader] = None  # the train group where --resume put it
+        self.launcher = Launcher(rank) if args.distributed else None  # See NOTE [ Orphaned ranks ] in launch.py
 
     def resume(self, path: str):
         """Continue from --save_state files (see NOTE [ State files ] in speechiter/state_files.py)."""
         train = GroupLoader(self.iterators["train"])
         source, saved = self.states.resume(path, train)
+        if source != path and not self.args.distributed:
+            print(f"speechiter: --resume {path}: continuing from {source} (epoch {saved.epoch} step {saved.step}), "
+                  f"the earliest rank of the run that saved it", file=sys.stderr)
         if saved.epoch > self.args.epochs:
             print(f"speechiter: {source} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
                   file=sys.stderr)
@@ -142,6 +144,8 @@ class CommandLineRun:
         try:
             for step_batches in loader:
                 interrupts.check()
+                if self.launcher is not None:
+                    self.launcher.check()
                 for name, batch in step_batches.items():
                     ids = _ids(batch, loader, name)
                     stats[name].add(ids, batch)
@@ -182,12 +186,13 @@ def _progress(total: int, desc: str, quiet: bool):
 
 def run(args) -> int:
     started = time.perf_counter()
+    check_launch(args.distributed)
     data_cfg = load_config(args.data_cfg, args.set)
     mode = args.mode or ("train" if "train" in data_cfg else "test")
     if mode not in data_cfg:
         raise ConfigError("data_cfg", f"--mode {mode} needs a {mode} group; the file has {', '.join(data_cfg)}")
     _check_outputs(args)
-    rank, world_size = _init_distributed(args) if args.distributed else (0, 1)
+    rank, world_size = init_distributed(args.out_type) if args.distributed else (0, 1)
     groups = ("train", "valid") if mode == "train" else ("test",)
     explicit_workers = args.num_workers
     _apply_exp_settings(args, data_cfg.settings, mode)
@@ -210,7 +215,7 @@ def run(args) -> int:
     wall = time.perf_counter() - started
     if args.report:
         run_.report.write(rank_path(args.report, rank) if args.distributed else args.report, wall)
-    if rank == 0:
+    if rank == 0 and run_.report.iterators:  # nothing ran: no empty table
         print(run_.report.table(wall))
         for line in run_.report.notes():
             print(line)
@@ -224,6 +229,12 @@ def _check_outputs(args):
         path = getattr(args, option)
         if path:
             check_output(path, f"--{option}", streams=option != "save_state")
+    found = earlier_dumps(args.dump_batches, args.distributed) if args.resume and args.dump_batches else []
+    if found:  # See NOTE [ Dumps of a resumed run ]
+        shown = ", ".join(found[:3]) + (f" ... ({len(found)} files)" if len(found) > 3 else "")
+        raise ConfigError("--dump_batches", f"{shown} already holds batches, of the run being resumed or another: "
+                                            f"a resumed run writes its dump into a file of its own (--dump_batches "
+                                            f"with a new name), or remove the old one first")
 
 
 def _apply_exp_settings(args, settings: dict, mode: str):
@@ -235,60 +246,18 @@ def _apply_exp_settings(args, settings: dict, mode: str):
         args.num_workers = settings.get(f"{mode}_num_workers", settings.get("num_workers", 1))
 
 
-def _init_distributed(args):
-    import torch
-    import torch.distributed as dist
-    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        raise ConfigError("--distributed", "needs torchrun (RANK and WORLD_SIZE are not set)")
-    if not dist.is_initialized():
-        backend = "nccl" if args.out_type.startswith("cuda") and torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend=backend)
-    return dist.get_rank(), dist.get_world_size()
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    with interrupts.installed(), one_line_warnings():  # See NOTE [ Swallowed Ctrl-C ] in speechiter/interrupts.py
+    # See NOTE [ Swallowed Ctrl-C ] in speechiter/interrupts.py, NOTE [ One line per problem ] in messages.py
+    with interrupts.installed(), warnings_as_lines():
         return _main(args)
 
 
 def _main(args) -> int:
     try:
         return run(args)
-    except SpeechiterError as e:
-        if args.debug:
-            _print_traceback()
-        hint = "" if args.debug or e.exit_code == 2 else " (run with --debug for the traceback)"
-        print(f"speechiter: error: {_summary(e)}{hint}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM: NOTE [ One shutdown path ] in interrupts.py
-        print(f"speechiter: {interrupts.describe(e)}", file=sys.stderr)
-        return interrupts.exit_status(e)
-    except SystemExit as e:  # sys.exit() in user code (a dataset hook ...): not the end of a finished run
-        if args.debug:
-            _print_traceback()
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")]
-        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        print(f"speechiter: error: sys.exit({e.code!r}) was called{where} before the run ended"
-              + ("" if args.debug else " (run with --debug for the traceback)"), file=sys.stderr)
-        return 1
-    except Exception as e:  # any other failure: exit 1, one line unless --debug
-        if args.debug:
-            _print_traceback()
-        print(f"speechiter: error: {type(e).__name__}: {_summary(e)}"
-              + ("" if args.debug else " (run with --debug for the traceback)"), file=sys.stderr)
-        return 1
-
-
-def _summary(error: BaseException) -> str:
-    """The error's message up to its first blank line (worker tracebacks follow), as one line, without secrets."""
-    text = str(error).strip().split("\n\n", 1)[0]
-    return redact(" ".join(line.strip() for line in text.splitlines()) or type(error).__name__)
-
-
-def _print_traceback() -> None:
-    """--debug: the traceback, without secrets (a library's message may quote a URL's password)."""
-    print(redact(traceback.format_exc()), file=sys.stderr, end="")
+    except (Exception, KeyboardInterrupt, SystemExit) as error:  # one line each: see messages.report_error
+        return report_error(error, args.debug)
 
 
 if __name__ == "__main__":

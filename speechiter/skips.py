@@ -25,10 +25,8 @@ The count is kept by the loader, over the steps it ran: a run resumed within an
 epoch counts from its resume point. Each loader that skipped anything warns
 once, at its end (or when it is left), with the count and the first ids.
 """
-import contextlib
-import sys
 import warnings
-from typing import Any, Iterator, List, Tuple
+from typing import Any, List, Tuple
 
 from speechiter.batch import Batch
 from speechiter.dataset.bad_audio import MAX_BAD_FRACTION, allowed_skips
@@ -39,25 +37,8 @@ NAMED = 3
 
 
 class SkippedAudioWarning(UserWarning):
-    """A loader skipped utterances that could not be read (NOTE [ Too many skipped ])."""
-
-
-@contextlib.contextmanager
-def one_line_warnings() -> Iterator[None]:
-    """Show :class:`SkippedAudioWarning` as one ``speechiter: warning: ...`` line on stderr (the command line)."""
-    original = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, SkippedAudioWarning):
-            print(f"speechiter: warning: {message}", file=sys.stderr if file is None else file)
-        else:
-            original(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    try:
-        yield
-    finally:
-        warnings.showwarning = original
+    """A loader skipped utterances that could not be read (NOTE [ Too many skipped ]); the command line shows
+    it as one line, as every warning (NOTE [ One line per problem ] in speechiter/messages.py)."""
 
 
 def is_empty(batch: Any) -> bool:

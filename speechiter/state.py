@@ -1,41 +1,39 @@
-"""Resumable state: what a loader, a group or a run must remember to continue exactly.
+"""Resumable state: what a loader, a mix, a group or a run must remember to continue exactly.
 
-States nest by level, each a small frozen record with a version:
+States nest by level, each a small frozen record:
 
 - ``LoaderState``: one iterator at (epoch, step), its seed, and fingerprints of
   its configuration and batching view, with a readable summary of the settings
   (``settings``) so that a mismatch says ``batch_len: saved 480000, now 160000``
-  instead of two hashes;
+  instead of two hashes, and the layout of its epoch (NOTE [ Elastic resume ]
+  in speechiter/plan/layout.py);
+- ``MixState``: a mix (speechiter/iterator/mix.py) at (epoch, step), its
+  schedule, and each corpus's LoaderState at that corpus's own position;
 - ``GroupState``: a group (speechiter.group) at (epoch, step) under its
-  ``steps`` policy, with each iterator's LoaderState at that iterator's own
-  position (see NOTE [ Group steps ] in speechiter/group.py), checked to agree;
-- ``RunState``: a CLI train run: mode, seed, the run's configuration, and the
-  train group's GroupState.
+  ``steps`` policy, with each iterator's state at that iterator's own position
+  (see NOTE [ Group steps ] in speechiter/plan/steps.py), checked to agree;
+- ``RunState``: a CLI train run: mode, seed, the run's configuration, the
+  ranks that saved it, and the train group's GroupState.
 
-``to_dict`` gives the JSON-able form (the keys below); ``from_dict`` checks a
-saved dict and raises a ConfigError naming the bad key; ``check_fits`` says what
-differs from the current setup. Versions: 1 has no settings summaries; 2 has a
-flat run state (``epoch``, ``step``, ``iterators`` beside ``seed``); in 1 to 3
-the fingerprints include the layout (ranks, ngpu), so those states resume on
-the same layout only; 4 saves the layout of the epoch apart (``layout``) and
-resumes on any (NOTE [ Elastic resume ] in speechiter/iterator/elastic.py).
-All load (speechiter/state_keys.py checks a saved dict). The Python API (``Loader`` / ``GroupLoader.state_dict``) and the CLI
-(``--save_state`` / ``--resume``, speechiter/state_files.py) share these
-records. Resuming costs O(1) batches: the plan is recomputed and cut at the
-step; no skipped batch is read.
+``to_dict`` gives the saved form (speechiter/state_keys.py); a saved dict of
+any supported version becomes these records through speechiter/state_versions.py
+only, which also computes the fingerprints an old version holds (``scheme``).
+``check_setup`` says what differs from the current setup. The Python API
+(``Loader`` / ``GroupLoader.state_dict``) and the CLI (``--save_state`` /
+``--resume``, speechiter/state_files.py) share these records. Resuming costs
+O(1) batches: the plan is recomputed and cut at the step; no skipped batch is read.
 """
 import dataclasses
-from typing import Any, Dict, List, Optional, Protocol, runtime_checkable
+from typing import Any, Dict, List, Optional, Protocol, Union, runtime_checkable
 
 from speechiter.errors import ConfigError
 from speechiter.fingerprints import settings_differences
-from speechiter.iterator.elastic import Layout
-from speechiter.state_keys import (ELASTIC_VERSION, FLAT_RUN_KEYS, GROUP_KEYS, KEY_BATCHES, KEY_CONFIG, KEY_EPOCH,
-                                   KEY_GROUP, KEY_ITERATORS, KEY_LAYOUT, KEY_MODE, KEY_NAME, KEY_POLICY, KEY_SEED,
-                                   KEY_SETTINGS, KEY_SOURCES, KEY_STEP, KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE, LOADER_KEYS,
-                                   RUN_KEYS, STATE_VERSION, check_keys, check_settings)
+from speechiter.plan.layout import Layout
+from speechiter.state_keys import (CURRENT, KEY_BATCHES, KEY_CONFIG, KEY_EPOCH, KEY_GROUP, KEY_ITERATORS, KEY_LAYOUT,
+                                   KEY_MODE, KEY_NAME, KEY_POLICY, KEY_SEED, KEY_SETTINGS, KEY_SOURCES, KEY_STEP,
+                                   KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE, STATE_VERSION)
 
-__all__ = ["STATE_VERSION", "Stateful", "LoaderState", "GroupState", "RunState", "check_step"]
+__all__ = ["STATE_VERSION", "Stateful", "LoaderState", "MixState", "GroupState", "RunState", "check_step"]
 
 
 @runtime_checkable
@@ -49,13 +47,6 @@ class Stateful(Protocol):
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from a ``state_dict()``; raise ConfigError if it does not fit."""
         ...
-
-
-def _loader_states(value: Any, where: str) -> Dict[str, "LoaderState"]:
-    """``{name: LoaderState}`` from a saved ``iterators`` mapping."""
-    if not isinstance(value, dict):
-        raise ConfigError(where, f"expected a mapping of iterator states, got {type(value).__name__}")
-    return {str(name): LoaderState.from_dict(state, f"{where}.{name}") for name, state in value.items()}
 
 
 def _differences(saved: Any, current: Any, labels: Dict[str, str]) -> List[str]:
@@ -77,6 +68,30 @@ def _differences(saved: Any, current: Any, labels: Dict[str, str]) -> List[str]:
     return found
 
 
+_SETUP = {KEY_NAME: "iterator", KEY_SEED: "seed", KEY_CONFIG: "configuration", KEY_VIEW: "batching view",
+          KEY_BATCHES: "number of batches"}
+
+
+def _check_same_setup(saved: "State", iterator, where: str) -> None:
+    """Raise a ConfigError naming every difference between ``saved`` and ``iterator``'s current setup."""
+    current = iterator.state_at(saved.epoch, saved.step, saved.scheme)
+    differences = _differences(saved, current, _SETUP)
+    if differences and saved.layout is not None and saved.layout.ngpu != current.layout.ngpu and (
+            saved.view != current.view):
+        differences.append(f"the batching rule depends on ngpu, saved {saved.layout.ngpu}, now {current.layout.ngpu}")
+    if differences:
+        raise ConfigError(where, "the state was saved with a different setup (" + "; ".join(differences) + ")")
+
+
+def _saved_form(state, version_fields: Dict[str, Any]) -> Dict[str, Any]:
+    if state.scheme != CURRENT:
+        raise ValueError(f"a state of scheme {state.scheme} is only read, never saved")
+    data = {KEY_VERSION: STATE_VERSION, KEY_NAME: state.iterator, KEY_EPOCH: state.epoch, KEY_STEP: state.step,
+            KEY_SEED: state.seed, KEY_CONFIG: state.config, KEY_VIEW: state.view, KEY_BATCHES: state.batches,
+            KEY_SETTINGS: state.settings, KEY_LAYOUT: state.layout.to_dict()}
+    return {**data, **version_fields}
+
+
 @dataclasses.dataclass(frozen=True)
 class LoaderState:
     """Where one iterator's loader stands: the next batch is step ``step + 1`` of ``epoch``."""
@@ -85,118 +100,111 @@ class LoaderState:
     epoch: int
     step: int  # steps of the epoch already consumed
     seed: int
-    config: str  # Iterator.config_fingerprint (versions 1 to 3: the legacy one, with the layout)
-    view: str  # Iterator.view_fingerprint(): of the base view (versions 1 to 3: of the rank's view)
+    config: str  # the configuration's fingerprint (speechiter.plan.options.BatchOptions)
+    view: str  # the base view's fingerprint
     batches: int  # batches in that view
     settings: Optional[Dict[str, Any]] = None  # settings_summary of the configuration (None in version 1)
     layout: Optional[Layout] = None  # the layout of the epoch (None before version 4: the iterator's own)
-    version: int = STATE_VERSION
-    sources: Optional[Dict[str, "LoaderState"]] = None  # a mix's corpora (absent from the dict when None)
-
-    @classmethod
-    def of(cls, iterator, epoch: int, step: int, version: int = STATE_VERSION) -> "LoaderState":
-        """``iterator``'s state at (epoch, step), with the fingerprints a state of ``version`` holds."""
-        if version < ELASTIC_VERSION:  # the legacy fingerprints, with the layout
-            return cls(iterator=iterator.name, epoch=epoch, step=step, seed=iterator.seed,
-                       config=iterator.plan.fingerprint(legacy=True), view=iterator.view_fingerprint(legacy=True),
-                       batches=len(iterator.batches), settings=iterator.plan.summary(legacy=True), version=version)
-        sources = getattr(iterator, "source_states", None)
-        return cls(iterator=iterator.name, epoch=epoch, step=step, seed=iterator.seed,
-                   config=iterator.config_fingerprint, view=iterator.view_fingerprint(),
-                   batches=iterator.base_batches(), settings=iterator.config_summary,
-                   layout=iterator.layout_of(epoch), version=version, sources=sources and sources(epoch, step))
+    scheme: str = CURRENT  # how config, view and batches were computed (speechiter/state_versions.py)
 
     def to_dict(self) -> Dict[str, Any]:
-        data = dataclasses.asdict(self)
-        if self.version < ELASTIC_VERSION:
-            del data[KEY_LAYOUT]
-        if self.sources is None:
-            del data[KEY_SOURCES]
-        else:
-            data[KEY_SOURCES] = {name: state.to_dict() for name, state in self.sources.items()}
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "state") -> "LoaderState":
-        fields = check_keys(data, LOADER_KEYS, where, "a loader state", optional=(KEY_SETTINGS, KEY_SOURCES),
-                            elastic=(KEY_LAYOUT,))
-        fields[KEY_SETTINGS] = check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}")
-        if fields.get(KEY_SOURCES) is not None:
-            fields[KEY_SOURCES] = _loader_states(fields[KEY_SOURCES], f"{where}.{KEY_SOURCES}")
-        if KEY_LAYOUT in fields:
-            fields[KEY_LAYOUT] = Layout.from_dict(fields[KEY_LAYOUT], f"{where}.{KEY_LAYOUT}")
-        return cls(**fields)
+        return _saved_form(self, {})
 
     def check_setup(self, iterator, where: str = "state") -> None:
         """Raise a ConfigError naming every difference from ``iterator``'s current setup."""
-        labels = {KEY_NAME: "iterator", KEY_SEED: "seed", KEY_CONFIG: "configuration", KEY_VIEW: "batching view",
-                  KEY_BATCHES: "number of batches"}
-        differences = _differences(self, LoaderState.of(iterator, self.epoch, self.step, self.version), labels)
-        if differences and self.layout is not None and self.layout.ngpu != iterator.ngpu and (
-                self.view != iterator.view_fingerprint()):
-            differences.append(f"the batching rule depends on ngpu, saved {self.layout.ngpu}, now {iterator.ngpu}")
-        if differences:
-            raise ConfigError(where, "the state was saved with a different setup (" + "; ".join(differences) + ")")
-        if hasattr(iterator, "check_sources"):
-            iterator.check_sources(self.sources, self.epoch, self.step, f"{where}.{KEY_SOURCES}")
+        _check_same_setup(self, iterator, where)
+        if getattr(iterator, "mixed", False):
+            raise ConfigError(f"{where}.{KEY_SOURCES}", "missing: the state was not saved by a mixed iterator")
 
-    def check_fits(self, iterator, where: str = "state") -> None:
-        """check_setup, and raise a ConfigError if the step is past the end of the epoch (as the iterator
-        plans it: after its ``continue_epoch`` with this state's layout)."""
-        self.check_setup(iterator, where)
-        check_step(self.step, iterator.epoch_len(self.epoch), self.epoch, f"{where}.{KEY_STEP}")
+
+@dataclasses.dataclass(frozen=True)
+class MixState:
+    """Where a mix's loader stands: step ``step`` of its ``epoch`` done; each corpus's state is at that
+    corpus's own position (``corpora``; see NOTE [ Mixing corpora ] in speechiter/iterator/mix.py).
+    ``schedule``: ``{"version", "batches_per_epoch", "weights": {corpus: "7/10"}}``, the schedule the
+    positions follow (None where the saved settings do not say)."""
+
+    iterator: str
+    epoch: int
+    step: int
+    seed: int
+    config: str  # of the mix's settings and its corpora's configurations
+    view: str  # of the corpora's views
+    batches: int  # the corpora's batches
+    corpora: Dict[str, LoaderState]
+    schedule: Optional[Dict[str, Any]] = None
+    settings: Optional[Dict[str, Any]] = None
+    layout: Optional[Layout] = None
+    scheme: str = CURRENT
+
+    def to_dict(self) -> Dict[str, Any]:
+        return _saved_form(self, {KEY_SOURCES: {name: state.to_dict() for name, state in self.corpora.items()}})
+
+    def check_setup(self, mix, where: str = "state") -> None:
+        """Raise a ConfigError unless this state was saved by ``mix`` as it is now: the same setup, the same
+        corpora, each with the same setup and at the position the mix's (epoch, step) puts it."""
+        _check_same_setup(self, mix, where)
+        where = f"{where}.{KEY_SOURCES}"
+        if not getattr(mix, "mixed", False):
+            raise ConfigError(where, "saved by a mixed iterator")
+        if sorted(self.corpora) != sorted(mix.names):
+            raise ConfigError(where, f"saved for corpora {sorted(self.corpora)}, this mix has {sorted(mix.names)}")
+        positions = mix.planner.own_positions(self.epoch, self.step)
+        for name, position in positions.items():
+            saved = self.corpora[name]
+            saved.check_setup(mix.iterators[name], f"{where}.{name}")
+            if (saved.epoch, saved.step) != position:
+                raise ConfigError(f"{where}.{name}", f"at epoch {saved.epoch} step {saved.step}, but the mix's "
+                                  f"epoch {self.epoch} step {self.step} puts it at epoch {position[0]} step "
+                                  f"{position[1]}")
+
+
+State = Union[LoaderState, MixState]
+
+
+def check_step(step: int, steps: int, epoch: int, where: str) -> None:
+    """A saved step is at most the epoch's number of steps (``steps``: the epoch is done)."""
+    if step > steps:
+        raise ConfigError(where, f"epoch {epoch} has {steps} steps, got step {step}")
 
 
 @dataclasses.dataclass(frozen=True)
 class GroupState:
     """Where a group stands: ``step`` steps of its ``epoch`` done under its ``steps`` policy; each
-    iterator's state is at that iterator's own position (see NOTE [ Group steps ] in speechiter/group.py)."""
+    iterator's state is at that iterator's own position (see NOTE [ Group steps ] in speechiter/plan/steps.py),
+    or, with ``own_positions`` False (versions 1 and 2), at the group's."""
 
     epoch: int
     step: int
     steps: Optional[str]  # the policy; None in a version 1 or 2 run state (its config fingerprint holds it)
-    iterators: Dict[str, LoaderState]  # by str(name): "None" for a lone Iterator
-    version: int = STATE_VERSION
+    iterators: Dict[str, State]  # by str(name): "None" for a lone iterator
+    own_positions: bool = True
 
     def to_dict(self) -> Dict[str, Any]:
-        return {KEY_VERSION: self.version, KEY_EPOCH: self.epoch, KEY_STEP: self.step, KEY_POLICY: self.steps,
+        return {KEY_VERSION: STATE_VERSION, KEY_EPOCH: self.epoch, KEY_STEP: self.step, KEY_POLICY: self.steps,
                 KEY_ITERATORS: {name: state.to_dict() for name, state in self.iterators.items()}}
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "state") -> "GroupState":
-        fields = check_keys(data, GROUP_KEYS, where, "a group state", optional=())
-        fields[KEY_ITERATORS] = _loader_states(fields[KEY_ITERATORS], f"{where}.{KEY_ITERATORS}")
-        return cls(**fields)
-
-    def check_setup(self, current: "GroupState", iterators: Dict[str, Any], where: str = "state") -> None:
-        """Raise a ConfigError unless this state was saved by a group like ``current``'s: the same policy
-        and iterators (``{str(name): Iterator}``), each with the same setup."""
-        if self.steps is not None and self.steps != current.steps:
-            raise ConfigError(f"{where}.{KEY_POLICY}", f"saved with steps: {self.steps}, "
-                                                       f"this group has {current.steps}")
+    def check_setup(self, policy: str, iterators: Dict[str, Any], where: str = "state") -> None:
+        """Raise a ConfigError unless this state was saved by a group like this one: the same ``policy``
+        and iterators (``{str(name): iterator}``), each with the same setup."""
+        if self.steps is not None and self.steps != policy:
+            raise ConfigError(f"{where}.{KEY_POLICY}", f"saved with steps: {self.steps}, this group has {policy}")
         if sorted(self.iterators) != sorted(iterators):
             raise ConfigError(f"{where}.{KEY_ITERATORS}", f"saved for iterators {sorted(self.iterators)}, "
                                                           f"this group has {sorted(iterators)}")
         for name, iterator in iterators.items():
             self.iterators[name].check_setup(iterator, f"{where}.{KEY_ITERATORS}.{name}")
 
-    def check_positions(self, current: "GroupState", steps: int, where: str = "state") -> None:
+    def check_positions(self, positions: Dict[str, tuple], steps: int, where: str = "state") -> None:
         """Raise a ConfigError unless the step is within the epoch's ``steps`` and each iterator's saved
-        position is the one the group's implies (``current``: the group's state at this (epoch, step))."""
+        position is the one the group's implies (``positions``: ``{name: (epoch, step)}`` at this (epoch, step))."""
         check_step(self.step, steps, self.epoch, f"{where}.{KEY_STEP}")
         for name, saved in self.iterators.items():
-            # version 2 saved the group's position in every iterator's state
-            expected = current.iterators[name] if self.version >= 3 else self
-            if (saved.epoch, saved.step) != (expected.epoch, expected.step):
+            expected = positions[name] if self.own_positions else (self.epoch, self.step)
+            if (saved.epoch, saved.step) != tuple(expected):
                 raise ConfigError(f"{where}.{KEY_ITERATORS}.{name}", f"at epoch {saved.epoch} step {saved.step}, "
                                   f"but the group's epoch {self.epoch} step {self.step} puts it at epoch "
-                                  f"{expected.epoch} step {expected.step}")
-
-    def check_fits(self, current: "GroupState", iterators: Dict[str, Any], steps: int, where: str = "state") -> None:
-        """check_setup and check_positions: this state fits the group whose state at (epoch, step) is
-        ``current`` and whose epoch has ``steps`` steps."""
-        self.check_setup(current, iterators, where)
-        self.check_positions(current, steps, where)
+                                  f"{expected[0]} step {expected[1]}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +217,8 @@ class RunState:
     mode: str = "train"
     settings: Optional[Dict[str, Dict[str, Any]]] = None  # {label: settings_summary} of every iterator of the run
     world_size: Optional[int] = None  # the ranks of the run that saved it, one state file each (from version 4)
-    version: int = STATE_VERSION
+    scheme: str = CURRENT
+    version: int = STATE_VERSION  # the version it was saved as (its files must agree; see state_files.py)
 
     @property
     def epoch(self) -> int:
@@ -224,35 +233,15 @@ class RunState:
         return self.train.steps
 
     def to_dict(self) -> Dict[str, Any]:
-        data = dict(dataclasses.asdict(self), train=self.train.to_dict())
-        if self.version < ELASTIC_VERSION:
-            del data[KEY_WORLD_SIZE]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "state") -> "RunState":
-        flat = isinstance(data, dict) and type(data.get(KEY_VERSION)) is int and data[KEY_VERSION] in (1, 2)
-        fields = check_keys(data, FLAT_RUN_KEYS if flat else RUN_KEYS, where, "a run state",
-                             elastic=(KEY_WORLD_SIZE,))
-        if flat:  # versions 1 and 2: the train group's fields beside the run's
-            iterators = _loader_states(fields.pop(KEY_ITERATORS), f"{where}.{KEY_ITERATORS}")
-            fields[KEY_GROUP] = GroupState(fields.pop(KEY_EPOCH), fields.pop(KEY_STEP), None, iterators,
-                                           version=fields[KEY_VERSION])
-        else:
-            fields[KEY_GROUP] = GroupState.from_dict(fields[KEY_GROUP], f"{where}.{KEY_GROUP}")
-        fields[KEY_SETTINGS] = check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}", nested=True)
-        return cls(**fields)
+        if self.scheme != CURRENT:
+            raise ValueError(f"a state of scheme {self.scheme} is only read, never saved")
+        return {KEY_VERSION: STATE_VERSION, KEY_MODE: self.mode, KEY_SEED: self.seed, KEY_CONFIG: self.config,
+                KEY_GROUP: self.train.to_dict(), KEY_SETTINGS: self.settings, KEY_WORLD_SIZE: self.world_size}
 
     def check_fits(self, current: "RunState", where: str, source: str) -> None:
-        """Raise a ConfigError unless ``current`` (this run) is the run that saved this state
-        (its groups are checked by GroupState.check_fits)."""
+        """Raise a ConfigError unless ``current`` (this run, in this state's scheme) is the run that saved
+        this state (its groups are checked by GroupState)."""
         differences = _differences(self, current, {KEY_MODE: KEY_MODE, KEY_SEED: KEY_SEED, KEY_POLICY: KEY_POLICY,
                                                    KEY_CONFIG: KEY_CONFIG})
         if differences:
             raise ConfigError(where, f"{source} was saved by a different run ({'; '.join(differences)})")
-
-
-def check_step(step: int, steps: int, epoch: int, where: str) -> None:
-    """A saved step is at most the epoch's number of steps (``steps``: the epoch is done)."""
-    if step > steps:
-        raise ConfigError(where, f"epoch {epoch} has {steps} steps, got step {step}")

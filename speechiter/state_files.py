@@ -15,23 +15,42 @@ of higher ranks, left by an earlier and larger run, are not read), checks
 that each fits this run, and continues from the earliest (epoch, step) among
 them: a step counts as done only when every rank did it; the steps some ranks
 did past it are loaded again. All ranks so start from the same step, on their
-new layout (NOTE [ Elastic resume ] in speechiter/iterator/elastic.py). Then
+new layout (NOTE [ Elastic resume ] in speechiter/plan/layout.py). Then
 they wait for each other (a barrier) before writing, so that no rank
 overwrites a file another is still reading. A job killed before that first
 write and wait are done leaves files of two runs: both stand at or after the
 position the later run resumed from, and the later run's at it, so the
 earliest is still that position. States of versions 1 to 3 resume on the same
 ranks only: each rank reads its own file.
+
+Without ``--distributed``, ``--resume FILE.rank<r>`` (any rank's file) reads
+the same files and continues from the earliest, on one process: a rank's own
+position would skip the steps the other ranks had not done. A file that holds
+one rank of a bigger run under a name without ``.rank<r>``, a rank file whose
+run had no such rank, and a missing file of the saving run are errors, never
+a resume from part of the run.
+
+# NOTE [ First state files ]
+Before the first step, every rank of a run stands at the same position, and a
+state holds no rank, so rank 0 writes that first state into every rank's file,
+the highest rank first, and the others only wait for it. A job killed while
+rank 0 writes them leaves rank 0's file of the run before (its files all
+stand at or after that position), or every file of this run: never a rank 0
+of this run beside an older run's file that stands earlier, which a file each
+rank wrote for itself could leave. Temporaries (``FILE.tmp<pid>``) of writers
+that were killed are removed there, and at ``--resume``.
 """
+import glob
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from speechiter.build import flat_iterators
-from speechiter.dump import rank_path
+from speechiter.dump import rank_files, rank_path, split_rank
 from speechiter.errors import ConfigError
-from speechiter.fingerprints import fingerprint
 from speechiter.group import policy_of
-from speechiter.state import ELASTIC_VERSION, STATE_VERSION, GroupState, RunState
+from speechiter.state import GroupState, RunState
+from speechiter.state_keys import CURRENT, ELASTIC_VERSION
+from speechiter.state_versions import read_run_state, run_configuration
 from speechiter.user_files import read_json, write_json_atomic
 
 WHERE = "--resume"
@@ -39,30 +58,66 @@ WHERE = "--resume"
 
 def read_state(path: str) -> RunState:
     """The run state in ``path``, checked (a ConfigError names the file or the bad key)."""
-    return RunState.from_dict(read_json(path, WHERE), WHERE)
+    return read_run_state(read_json(path, WHERE), WHERE)
+
+
+def _missing(path: str, distributed: bool) -> ConfigError:
+    """No state file at ``path`` (under --distributed, nor at ``path.rank0``), with what lies there instead."""
+    first = rank_path(path, 0)
+    others = rank_files(path)
+    shown = ", ".join(others[:3]) + (f" ... ({len(others)} files)" if len(others) > 3 else "")
+    if distributed:
+        return ConfigError(WHERE, f"no such state file: {first}" + (f" (found {shown})" if others else ""))
+    if others:
+        return ConfigError(WHERE, f"no such state file: {path}; a --distributed run saved {shown}: resume from "
+                                  f"them with --resume {others[0]} (its run's other rank files are read too), or "
+                                  f"under torchrun with --distributed --resume {path}")
+    return ConfigError(WHERE, f"no such state file: {path}")
 
 
 def saved_states(path: str, rank: int, distributed: bool) -> List[Tuple[str, RunState]]:
     """``[(file, state)]`` of the run that saved ``--resume path`` (see NOTE [ State files ])."""
-    if not distributed:
-        return [(path, read_state(path))]
-    first = rank_path(path, 0)
-    states = [(first, read_state(first))]
-    world_size = states[0][1].world_size
-    if states[0][1].version < ELASTIC_VERSION:
+    first = rank_path(path, 0) if distributed else path
+    if distributed and os.path.exists(first) and os.path.exists(path):
+        raise ConfigError(WHERE, f"both {path} (a run without --distributed) and {first} (a --distributed run) "
+                                 f"exist: resume from one by its own name (--resume {first} reads its run's other "
+                                 f"rank files too), and move the other aside")
+    if not os.path.exists(first):
+        if not distributed or not os.path.exists(path):
+            raise _missing(path, distributed)
+        first = path  # saved without --distributed, or a rank's own file named
+    state = read_state(first)
+    if state.version < ELASTIC_VERSION:  # the same ranks only: each rank its own file
         own = rank_path(path, rank)
-        return [(own, read_state(own))] if rank else states
-    for other in range(1, world_size):
-        source = rank_path(path, other)
-        try:
-            state = read_state(source)
-        except ConfigError:
-            if not os.path.exists(source):
-                raise ConfigError(WHERE, f"{source} is missing: the run that wrote {first} had {world_size} "
-                                         f"ranks, each with its own state file") from None
-            raise
-        states.append((source, state))
+        return [(own, read_state(own))] if distributed and rank and first != path else [(first, state)]
+    if state.world_size == 1:
+        return [(first, state)]
+    base, index = (path, 0) if first != path else split_rank(first) or (None, None)
+    if base is None:
+        raise ConfigError(WHERE, f"{first} holds one rank's state of a run of {state.world_size} ranks, and its name "
+                                 f"has no .rank<r> to find the other ranks' files by: resume from the files as "
+                                 f"--save_state named them (FILE.rank0 ... FILE.rank{state.world_size - 1})")
+    if index >= state.world_size:
+        raise ConfigError(WHERE, f"{first} was saved by a run of {state.world_size} ranks, which has no rank {index}")
+    states = []
+    for other in range(state.world_size):
+        source = rank_path(base, other)
+        saved = state if other == index else _read_rank_file(source, first, state.world_size)
+        if saved.version < ELASTIC_VERSION:
+            raise ConfigError(WHERE, f"{source} is a state of version {saved.version}, {first} of version "
+                                     f"{state.version}: not the files of one run")
+        if saved.world_size <= other:
+            raise ConfigError(WHERE, f"{source} was saved by a run of {saved.world_size} ranks, which has no rank "
+                                     f"{other}: not a state file of the run that wrote {first}")
+        states.append((source, saved))
     return states
+
+
+def _read_rank_file(source: str, first: str, world_size: int) -> RunState:
+    if not os.path.exists(source):
+        raise ConfigError(WHERE, f"{source} is missing: the run that wrote {first} had {world_size} ranks, each "
+                                 f"with its own state file")
+    return read_state(source)
 
 
 def earliest(states: List[Tuple[str, RunState]]) -> Tuple[str, RunState]:
@@ -70,16 +125,32 @@ def earliest(states: List[Tuple[str, RunState]]) -> Tuple[str, RunState]:
     return min(states, key=lambda item: (item[1].epoch, item[1].step))
 
 
+def configuration_of(iterators: Dict, scheme: str) -> Tuple[str, Dict[str, Dict[str, Any]]]:
+    """A run's config fingerprint and ``{label: settings summary}`` of build_iterators()'s ``iterators``, as a
+    state of ``scheme`` holds them (NOTE [ State versions ] in speechiter/state_versions.py)."""
+    policy = policy_of(iterators["train"]) if "train" in iterators else "shortest"
+    return run_configuration({label: it.configuration(scheme) for label, it in flat_iterators(iterators)}, policy)
 
-def run_configuration(iterators: Dict, legacy: bool) -> Tuple[str, Dict[str, Dict[str, Any]]]:
-    """A run's config fingerprint and ``{label: settings summary}`` of build_iterators()'s ``iterators``
-    (``legacy``: with the layout, as states of versions 1 to 3 hold them)."""
-    flat = list(flat_iterators(iterators))
-    # a mix has no plan of its own (and no legacy state): its fingerprint and summary cover its corpora
-    configs = {label: it.plan.fingerprint(legacy) if legacy else it.config_fingerprint for label, it in flat}
-    if "train" in iterators and policy_of(iterators["train"]) != "shortest":
-        configs["train.steps"] = policy_of(iterators["train"])  # shortest keeps the saved fingerprints
-    return fingerprint(configs), {label: it.plan.summary(legacy) if legacy else it.config_summary for label, it in flat}
+
+def remove_temporaries(path: str) -> None:
+    """Remove ``path.tmp<pid>`` files whose writer is gone (a kill during write_json_atomic)."""
+    for name in glob.glob(f"{glob.escape(path)}.tmp*"):
+        pid = name[len(path) + 4:]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 class StateFiles:
@@ -90,32 +161,44 @@ class StateFiles:
                  world_size: int = 1):
         self.iterators, self.seed, self.distributed = iterators, seed, distributed
         self.rank, self.world_size = rank, world_size
+        self.save_state = save_state
         self.path = rank_path(save_state, rank) if save_state and distributed else save_state
-        self.config, self.settings = run_configuration(iterators, legacy=False)
+        self.config, self.settings = configuration_of(iterators, CURRENT)
 
-    def state(self, train: GroupState, version: int = STATE_VERSION) -> RunState:
-        """The run's state with the train group at ``train`` (``version``: as a state of that version)."""
-        if version < ELASTIC_VERSION:
-            config, settings = run_configuration(self.iterators, legacy=True)
-            return RunState(self.seed, config, train, settings=settings, version=version)
+    def state(self, train: GroupState, scheme: str = CURRENT) -> RunState:
+        """The run's state with the train group at ``train`` (``scheme``: as an older state holds it)."""
+        if scheme != CURRENT:
+            config, settings = configuration_of(self.iterators, scheme)
+            return RunState(self.seed, config, train, settings=settings, scheme=scheme)
         return RunState(self.seed, self.config, train, settings=self.settings, world_size=self.world_size)
 
     def resume(self, path: str, train) -> Tuple[str, RunState]:
         """Put the train group (a GroupLoader) where the saving run stands; ``(file, state)`` it resumes from."""
         states = saved_states(path, self.rank, self.distributed)
         for source, saved in states:
-            saved.check_fits(self.state(train.state_at(saved.epoch, saved.step), saved.version), WHERE, source)
+            saved.check_fits(self.state(train.state_at(saved.epoch, saved.step), saved.scheme), WHERE, source)
         source, saved = earliest(states)
         train.load_state(saved.train, f"{WHERE} {source}: train")
+        if self.rank == 0:  # no rank writes before the barrier
+            for name, _ in states:
+                remove_temporaries(name)
         self._barrier()  # every rank has read the files before any writes
         return source, saved
 
     def save(self, train: GroupState, first: bool = False) -> None:
-        """Write this rank's state; ``first``: before the first step, then wait for every rank's."""
-        if self.path:
-            write_json_atomic(self.path, self.state(train).to_dict())
+        """Write this rank's state; ``first``: before the first step, every rank's (NOTE [ First state
+        files ]), then wait for every rank."""
+        if not self.path:
+            return
+        state = self.state(train).to_dict()
+        paths = [self.path] if not (first and self.distributed) else [] if self.rank else [
+            rank_path(self.save_state, rank) for rank in reversed(range(self.world_size))]
+        for path in paths:
             if first:
-                self._barrier()
+                remove_temporaries(path)
+            write_json_atomic(path, state)
+        if first:
+            self._barrier()
 
     def _barrier(self) -> None:
         if self.distributed:

@@ -1,12 +1,16 @@
-"""The saved form of a state (speechiter.state): key names, versions, and the checks of a saved dict."""
+"""The saved form of a state (speechiter.state): key names, versions, and the checks of a saved dict.
+
+Which versions load, and how, is speechiter/state_versions.py's (the one place that knows them).
+"""
 from typing import Any, Dict
 
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
 
 STATE_VERSION = 4
-SUPPORTED_VERSIONS = (1, 2, 3, 4)  # 1: no settings summary; 2: a flat run state; 1-3: layout fingerprinted
+SUPPORTED_VERSIONS = (1, 2, 3, 4)  # see speechiter/state_versions.py
 ELASTIC_VERSION = 4  # the first version whose states resume on another layout
+CURRENT = "current"  # the fingerprints of today's states (a record's ``scheme``; see state_versions.py)
 KEY_VERSION = "version"
 KEY_NAME = "iterator"
 KEY_EPOCH = "epoch"
@@ -21,7 +25,7 @@ KEY_POLICY = "steps"
 KEY_GROUP = "train"  # the train group's state in a run state
 KEY_SETTINGS = "settings"  # optional: absent in version 1 files
 KEY_LAYOUT = "layout"  # from version 4: the layout of the state's epoch
-KEY_SOURCES = "sources"  # optional: a mixed iterator's corpora, each at its own position (iterator/mix.py)
+KEY_SOURCES = "sources"  # optional: a mix's corpora, each at its own position (MixState.corpora)
 KEY_WORLD_SIZE = "world_size"  # from version 4: the ranks of the run that saved a run state
 LOADER_KEYS = (KEY_VERSION, KEY_NAME, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_VIEW, KEY_BATCHES)
 GROUP_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_STEP, KEY_POLICY, KEY_ITERATORS)

@@ -51,7 +51,10 @@ def read_json(path: str, where: str, what: str = "state file", limit: int = MAX_
     try:
         return json.loads(data.decode("utf-8"))
     except ValueError as e:  # UnicodeDecodeError too
-        raise ConfigError(where, f"cannot read {what} {path}: {' '.join(str(e).split())}") from None
+        text = e.doc.rstrip() if isinstance(e, json.JSONDecodeError) else ""
+        ends_early = text.startswith(("{", "[")) and not text.endswith(("}", "]"))  # a JSON document's end is lost
+        reason = "it ends early (truncated?)" if ends_early else " ".join(str(e).split())
+        raise ConfigError(where, f"cannot read {what} {path}: {reason}") from None
     except RecursionError:
         raise ConfigError(where, f"cannot read {what} {path}: nested too deeply") from None
 

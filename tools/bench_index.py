@@ -64,7 +64,7 @@ def child(root: str, rank: int, world_size: int, first_batch: bool):
                   peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     print(json.dumps(result), flush=True)
     sys.stdin.readline()  # the parent measures this process's memory now
-    print(json.dumps({"fingerprint": iterator.view_fingerprint()}), flush=True)  # after: it costs time
+    print(json.dumps({"fingerprint": iterator.view_digest()[0]}), flush=True)  # after: it costs time
     iterator.close()
 
 

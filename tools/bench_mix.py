@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from speechiter.dataset.speech_text import SpeechTextDataset  # noqa: E402
 from speechiter.iterator.block import BlockIterator  # noqa: E402
 from speechiter.iterator.mix import MixIterator  # noqa: E402
-from speechiter.iterator.schedule import MixSchedule  # noqa: E402
+from speechiter.plan.schedule import MixSchedule  # noqa: E402
 
 WEIGHT_SETS = ([0.7, 0.3], [0.5, 0.3, 0.2], [0.6, 0.25, 0.1, 0.05], [0.123, 0.877], [1, 2, 3, 4, 5])
 

@@ -35,7 +35,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--recipe", default=str(HERE / "recipe.yaml"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a recipe value, as speechiter.run's --set (e.g. batch_len=3.2e5)")
+                        help="override a recipe value, as speechiter.run's --set (e.g. batch_len=2000)")
     parser.add_argument("--out", type=Path, default=Path("runs/asr_ctc"))
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--max_steps", type=int, help="stop after this many steps in all (a short run)")

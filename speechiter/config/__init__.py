@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from speechiter.checks import check_int, did_you_mean
-from speechiter.config.groups import (ALLOWED_COMBINATIONS, GROUPS, IteratorSpec, check_groups, iter_specs,
-                                      iterator_label)
+from speechiter.config.groups import (ALLOWED_COMBINATIONS, GROUPS, IteratorSpec, check_groups, ignore_strays,
+                                      iter_specs, iterator_label)
 from speechiter.config.overrides import apply_overrides, parse_override
 from speechiter.config.refs import Resolver
 from speechiter.config.tags import KNOWN_TAGS, Ref, SpeechLoader, one_line, parse_yaml
@@ -157,12 +157,13 @@ def load_config(path, overrides: Iterable[str] = (), _chain: tuple = ()) -> Data
         resolved = resolver.value(data_node, "data_cfg")
         if not isinstance(resolved, dict):
             raise ConfigError("data_cfg", f"expected a mapping of groups, got {type(resolved).__name__}")
+        resolved = ignore_strays(resolved)
         variable_keys = [key for key in raw if key != "data_cfg"]
     else:
         group_keys = [key for key in raw if key in GROUPS]
         variable_keys = [key for key in raw if key not in GROUPS]
         check_groups(group_keys, strays=[str(k) for k in variable_keys])
-        resolved = {key: resolver.value(raw[key], f"data_cfg.{key}") for key in group_keys}
+        resolved = ignore_strays({key: resolver.value(raw[key], f"data_cfg.{key}") for key in group_keys})
 
     data_cfg = DataConfig(resolved, source=source, settings=settings, paths=paths)
     iter_specs(data_cfg)

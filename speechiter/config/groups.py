@@ -6,10 +6,20 @@ iterators, ``steps: shortest | longest`` sets how many steps the group runs
 (see speechiter.group). An iterator is
 labelled ``train``, ``train/sup``, ``test/<set>`` or ``test/<set>/<name>``
 everywhere (Iterator names, reports, state files); see :func:`iterator_label`.
+
+NOTE [ Stray keys ]
+SpeeChain's runner builds the iterators of ``train`` and ``valid`` (train
+mode) or of ``test`` (test mode) and never looks at the other keys of its
+data_cfg: a recipe of its maintained continuation keeps a test set beside the
+groups (``test-clean:`` under an empty ``test:``) and trains. Such keys, and
+a group left empty, are dropped here with one warning naming them, where the
+groups that are left still make an allowed combination; a recipe whose
+groups do not (a typo of ``train``, an empty ``train:``) stays an error.
 """
 from __future__ import annotations
 
 import difflib
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
@@ -58,6 +68,26 @@ def check_groups(keys: Iterable, strays: Iterable[str] = ()) -> None:
     keys = list(keys)
     if tuple(sorted(keys, key=lambda k: GROUPS.index(k) if k in GROUPS else 9)) not in ALLOWED_COMBINATIONS:
         raise _combination_error(keys, [k for k in keys if k not in GROUPS] + list(strays))
+
+
+def ignore_strays(groups: dict) -> dict:
+    """The data groups without the keys SpeeChain's runner ignores, with one warning naming them: keys
+    beside train / valid / test, and an empty group (``test:`` with nothing under it). See NOTE [ Stray
+    keys ]."""
+    strays = [key for key in groups if key not in GROUPS or groups[key] is None]
+    if not strays:
+        return groups
+    kept = {key: value for key, value in groups.items() if key not in strays}
+    try:
+        check_groups(kept)
+    except ConfigError:
+        return groups  # not what SpeeChain would run either: iter_specs says what is wrong
+    told = [f"{key} (empty)" if key in GROUPS else f"{key} (did you mean {match[0]}?)" if match else str(key)
+            for key in strays for match in [difflib.get_close_matches(str(key), GROUPS, n=1)]]
+    shown = ", ".join(told[:-1]) + " and " + told[-1] if len(told) > 1 else told[0]
+    warnings.warn(f"data_cfg: ignoring {shown}: SpeeChain's runner reads only the groups train, valid and test",
+                  stacklevel=3)
+    return kept
 
 
 def _is_iterator(node: dict) -> bool:

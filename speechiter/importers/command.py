@@ -26,7 +26,8 @@ class Parser(argparse.ArgumentParser):
 
 def run_main(parser, convert, args) -> int:
     """Shared tail of main(): one error line and exit code 2 for bad input,
-    warnings as one line each, a summary on success."""
+    warnings as one line each, a summary on success: ``convert(args)``'s
+    ``{written file: rows}``, or its own line."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -40,5 +41,8 @@ def run_main(parser, convert, args) -> int:
     if error is not None:  # redacted: a presigned URL in wav.scp or a manifest keeps its signature to itself
         print(f"{parser.prog}: error: {redact(error)}", file=sys.stderr)
         return 2
-    print(f"wrote {', '.join(f'{name} ({n})' for name, n in written.items())} to {args.out_dir}")
+    if isinstance(written, str):  # the command's own summary line
+        print(written)
+    else:
+        print(f"wrote {', '.join(f'{name} ({n})' for name, n in written.items())} to {args.out_dir}")
     return 0

@@ -137,8 +137,6 @@ def check_reco2dur(data_dir, recordings: Dict[str, Recording], info: AudioInfo) 
     """Check ``data_dir/reco2dur`` (when present) against the recordings'
     lengths; raises InputError naming the first few that disagree by more than
     :data:`RECO2DUR_TOLERANCE`. Returns the ids it lists that are not in wav.scp."""
-    from speechiter.importers.kaldi_dir import read_table
-
     path = data_dir / "reco2dur"
     if not path.is_file():
         return []

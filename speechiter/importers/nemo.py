@@ -37,8 +37,8 @@ import re
 import sys
 import warnings
 
-from speechiter.importers.tar_index import (Keys, TarShard, audio_utterance, command, expand_shards, read_object,
-                                            write_index)
+from speechiter.importers.tar_audio import audio_utterance
+from speechiter.importers.tar_index import Keys, TarShard, command, expand_shards, read_object, write_index
 from speechiter.importers.utterance import InputError
 from speechiter.io.storage import is_url
 

@@ -33,8 +33,9 @@ import re
 import sys
 import warnings
 
-from speechiter.importers.tar_index import (AUDIO_EXTENSIONS, Keys, TarShard, audio_utterance, command,
-                                            member_key, read_object, write_index)
+from speechiter.importers.tar_audio import audio_utterance
+from speechiter.importers.tar_index import (AUDIO_EXTENSIONS, Keys, TarShard, command, member_key, read_object,
+                                            write_index)
 from speechiter.importers.utterance import InputError
 from speechiter.io.storage import call, filesystem, is_url
 

@@ -44,7 +44,6 @@ from pathlib import Path
 from speechiter.errors import DataError
 from speechiter.importers.command import Parser, run_main
 from speechiter.importers.shard_names import expand_shards, shard_location
-from speechiter.importers.tar_audio import audio_length, audio_utterance
 from speechiter.importers.utterance import InputError, Utterance
 from speechiter.importers.writer import write_corpus
 from speechiter.io.pread_file import PreadFile
@@ -52,8 +51,8 @@ from speechiter.io.shards import SHARDS_FILE
 from speechiter.io.source import ByteRange
 from speechiter.io.storage import call, filesystem, is_url, read_range, redact
 
-__all__ = ["WINDOW", "AUDIO_EXTENSIONS", "Member", "TarShard", "Keys", "expand_shards", "audio_length",
-           "audio_utterance", "member_key", "read_text_member", "read_object", "command", "write_index"]
+__all__ = ["WINDOW", "AUDIO_EXTENSIONS", "Member", "TarShard", "Keys", "expand_shards", "member_key",
+           "read_text_member", "read_object", "command", "write_index"]
 
 #: Member extensions taken as audio (any other member is not audio).
 AUDIO_EXTENSIONS = ("flac", "wav")

@@ -31,8 +31,9 @@ import json
 import sys
 import warnings
 
-from speechiter.importers.tar_index import (AUDIO_EXTENSIONS, Keys, TarShard, audio_utterance, command,
-                                            expand_shards, member_key, read_text_member, write_index)
+from speechiter.importers.tar_audio import audio_utterance
+from speechiter.importers.tar_index import (AUDIO_EXTENSIONS, Keys, TarShard, command, expand_shards, member_key,
+                                            read_text_member, write_index)
 from speechiter.importers.utterance import InputError
 
 __all__ = ["import_webdataset", "main"]

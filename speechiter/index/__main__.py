@@ -28,7 +28,7 @@ def _iterators(built):
             yield group
 
 
-def _index(args) -> dict:
+def _index(args) -> str:
     from speechiter import build_iterators, load_config
     from speechiter.errors import ConfigError, DataError
     from speechiter.index import store
@@ -57,8 +57,9 @@ def _index(args) -> dict:
             raise DataError(f"cannot write the plan cache in {e.folder} ({e.reason}); give --cache_dir a folder "
                             f"this user can create and write") from None
         after = _entries(args.out_dir)
-    kinds = Counter(name.rsplit(".", 1)[-1] for name in after)
-    return {**{f"{kind} entries": count for kind, count in sorted(kinds.items())}, "new": len(after - before)}
+    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(Counter(n.rsplit(".", 1)[-1] for n in after).items()))
+    new = len(after - before)
+    return f"{len(after)} plan cache entries in {args.out_dir} ({kinds}): {new} written now, {len(after) - new} already there"
 
 
 def _entries(folder: str) -> set:

@@ -1,10 +1,10 @@
 """A rank's batching view in the plan cache: what batches_generate_fn and the rank share made of a cached sort.
 
-Only for the built-in hooks that are pure functions of their inputs (:data:`PURE_HOOKS`: the sorted ids and
-lengths, the options, ngpu); a subclass's own hook, and bucketing (whose hook keeps state for its epochs),
-run every time. The key is the sort's digest, the hook, the code that makes the view (the size and mtime of
-its modules, so an edited speechiter rebuilds), the options, and the rank and world size: each rank of a job
-writes and maps its own share.
+Only for a hook marked :func:`speechiter.plan.view.cacheable` (a pure function of its inputs: the sorted ids
+and lengths, the options, ngpu; the built-in hooks but bucketing's, which keeps state for its epochs); any
+other hook runs every time. The key is the sort's digest, the hook, the code that makes the view (the size
+and mtime of the modules the caller names, so an edited speechiter rebuilds), the options, and the rank and
+world size: each rank of a job writes and maps its own share.
 """
 from __future__ import annotations
 
@@ -12,68 +12,51 @@ import hashlib
 import importlib
 import json
 import os
-from typing import Optional
+from typing import Callable, Iterable, Optional, Tuple
 
 import numpy as np
 
 from speechiter.index import store
+from speechiter.plan.options import BatchOptions
+from speechiter.plan.view import BatchView
 
-__all__ = ["PURE_HOOKS", "planned_view"]
+__all__ = ["planned_view"]
 
-#: batches_generate_fn's whose view depends only on their inputs (qualified names)
-PURE_HOOKS = ("speechiter.iterator.abs.Iterator.batches_generate_fn",
-              "speechiter.iterator.block.BlockIterator.batches_generate_fn",
-              "speechiter.iterator.piece.PieceIterator.batches_generate_fn")
-_CODE = ("speechiter.iterator.abs", "speechiter.iterator.block", "speechiter.iterator.piece",
-         "speechiter.iterator.view", "speechiter.iterator.distributed")
+Views = Tuple[BatchView, BatchView]  # (this rank's view, the base view)
 
 
-def _hook_name(iterator) -> str:
-    fn = type(iterator).batches_generate_fn
-    return f"{fn.__module__}.{fn.__qualname__}"
-
-
-def _code_key():
+def _code_key(modules: Iterable[str]):
     stats = []
-    for name in _CODE:
+    for name in sorted(modules):
         module = importlib.import_module(name)
         stat = os.stat(module.__file__)
         stats.append([name, stat.st_size, stat.st_mtime_ns])
     return stats
 
 
-def _key(iterator, sorted_ids) -> Optional[dict]:
+def _key(options: BatchOptions, sorted_ids, hook: Optional[str], code: Iterable[str]) -> Optional[dict]:
     from speechiter import __version__
-    from speechiter.iterator.abs import Iterator
 
     digest = getattr(sorted_ids, "digest", None)
-    plan = iterator.plan
-    if (digest is None or _hook_name(iterator) not in PURE_HOOKS
-            or any(getattr(type(iterator), name) is not getattr(Iterator, name)
-                   for name in ("_generate_view", "_distribute"))
-            or (plan.world_size > 1 and plan.ngpu != plan.world_size)):  # keep share_view's warning
+    if (digest is None or hook is None
+            or (options.world_size > 1 and options.ngpu != options.world_size)):  # keep share_view's warning
         return None
     try:
-        options = json.dumps(plan.iter_conf, sort_keys=True)
-        code = _code_key()
+        iter_conf = json.dumps(options.iter_conf, sort_keys=True)
+        code = _code_key(code)
     except (TypeError, ValueError, OSError, AttributeError):
         return None
-    return {"entry": 2, "sort": digest, "hook": _hook_name(iterator), "version": __version__, "code": code,
-            "iter_conf": options, "ngpu": plan.ngpu, "rank": plan.rank, "world_size": plan.world_size,
-            "descending": plan.is_descending is not False, "evaluation": bool(plan.evaluation)}
+    return {"entry": 2, "sort": digest, "hook": hook, "version": __version__, "code": code,
+            "iter_conf": iter_conf, "ngpu": options.ngpu, "rank": options.rank, "world_size": options.world_size,
+            "descending": options.descending, "evaluation": bool(options.evaluation)}
 
 
-def planned_view(iterator, sorted_ids, iter_conf: dict):
-    """``(this rank's view, the base view)``: ``iterator._generate_view(sorted_ids, iter_conf)`` and its
-    ``iterator._distribute``, mapped from the cache when they are there (See NOTE [ Plan cache ] in
-    speechiter/index/__init__.py)."""
-    from speechiter.iterator.view import BatchView
-
-    def make():
-        base = iterator._generate_view(sorted_ids, iter_conf)
-        return iterator._distribute(base), base
-
-    key = _key(iterator, sorted_ids) if store.enabled() else None
+def planned_view(options: BatchOptions, sorted_ids, make: Callable[[], Views], hook: Optional[str] = None,
+                 code: Iterable[str] = ()) -> Views:
+    """``(this rank's view, the base view)``: ``make()``, or mapped from the cache when they are there (See
+    NOTE [ Plan cache ] in speechiter/index/__init__.py). ``hook``: the qualified name of a cacheable
+    batches_generate_fn (None: never cached); ``code``: the modules whose code makes the views."""
+    key = _key(options, sorted_ids, hook, code) if store.enabled() else None
     if key is None:
         return make()
     path = store.entry_path("view", hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest())

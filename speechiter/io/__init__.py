@@ -18,7 +18,8 @@ same rule the readers use.
 ``wav``            the WAV header reader
 ``headers``        decoded lengths checked against WAV / FLAC headers
 ``remote``         audio at URLs: ranged WAV reads, libsndfile over fsspec
-``storage``        URLs through fsspec: filesystems, retries, redaction
+``storage``        URLs through fsspec: filesystems, retries
+``secrets``        secrets out of every message (redaction)
 ``embedded``       a file in a byte range (pack shard), decoded from memory
 ``coalesce``       a batch's byte ranges merged per object: one read each
 ``shards``         ranged reads of a pack shard, checked against shards.json
@@ -34,6 +35,7 @@ same rule the readers use.
 ``piped``          piped values read: natively, or the command run if allowed
 ``commands``       unknown commands: refused all at once, or run with a timeout
 ``sphere``         NIST SPHERE that libsndfile cannot decode (shorten), named
+``files``          a data file checked before it is read (regular files only)
 =================  ==========================================================
 
 Nothing is imported here: import from the modules

@@ -26,7 +26,7 @@ from speechiter.io.samples import sample_range
 from speechiter.io.source import split_chunk_key
 from speechiter.io.storage import call, is_url, redact
 from speechiter.io.url_file import open_url
-from speechiter.paths import check_data_file
+from speechiter.io.files import check_data_file
 
 __all__ = ["is_array_file", "is_hdf5_file", "read_array", "array_num_frames", "read_vector", "close_h5_files"]
 

@@ -21,7 +21,7 @@ from speechiter.io.samples import sample_range
 from speechiter.io.source import TimeRange
 from speechiter.io.sphere import check_sphere
 from speechiter.io.storage import is_url, redact
-from speechiter.paths import check_data_file
+from speechiter.io.files import check_data_file
 
 __all__ = ["read_audio", "audio_info", "audio_num_frames", "range_select"]
 

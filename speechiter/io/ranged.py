@@ -28,6 +28,7 @@ import re
 from typing import Callable, Optional
 
 from speechiter.errors import DataError
+from speechiter.io.secrets import redact
 
 __all__ = ["checked_s3", "check_length"]
 
@@ -44,8 +45,6 @@ def _wrong(url: str, first: int, last: Optional[int], what: str) -> DataError:
 def check_s3_answer(kwargs: dict, response: dict) -> None:
     """Raise DataError when ``response`` to a ranged GetObject is not the range asked (See NOTE [ Ranged
     answers are checked ])."""
-    from speechiter.io.storage import redact
-
     match = _RANGE_RE.match(str(kwargs.get("Range", "")))
     if match is None:
         return

@@ -25,7 +25,7 @@ from speechiter.io.resample import resample
 from speechiter.io.samples import sample_range
 from speechiter.io.source import parse_source
 from speechiter.io.storage import redact
-from speechiter.paths import check_data_file
+from speechiter.io.files import check_data_file
 
 __all__ = ["read_feat", "data_num_frames"]
 

@@ -98,7 +98,7 @@ def shard_record(file: str) -> Optional[dict]:
         with _once(folder):  # the batches read ahead start together: one read of the table
             table = _tables.get(folder)
             if table is None:
-                table = _read_table(folder)[0]
+                table = _read_table(folder, file)[0]
                 with _lock:
                     _tables[folder] = table
     record = table.get(name)
@@ -132,8 +132,10 @@ def _once(key: str) -> threading.Lock:
         return _first_reads.setdefault(key, threading.Lock())
 
 
-def _read_table(folder: str) -> Tuple[Dict[str, dict], Optional[str]]:
-    """``({shard: record}, the importer that wrote it or None)`` of the shards.json in ``folder``."""
+def _read_table(folder: str, of: Optional[str] = None) -> Tuple[Dict[str, dict], Optional[str]]:
+    """``({shard: record}, the importer that wrote it or None)`` of the shards.json in ``folder`` (({}, None)
+    where there is none); a store that cannot be read is an error naming ``of``, the object whose table it
+    is (the user never wrote shards.json)."""
     path = f"{folder}/{SHARDS_FILE}" if is_url(folder) else os.path.join(folder, SHARDS_FILE)
     if is_url(path):
         fs = filesystem(path)
@@ -143,7 +145,7 @@ def _read_table(folder: str) -> Tuple[Dict[str, dict], Optional[str]]:
                 return fs.cat_file(path, start=0)  # a ranged GET: no HEAD for the size first
             except FileNotFoundError:
                 return None
-        text = call(path, get)
+        text = call(of or path, get, f"read {SHARDS_FILE} beside it (the shard table of a pack)")
     else:
         try:
             with open(path, "rb") as f:

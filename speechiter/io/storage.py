@@ -41,52 +41,18 @@ from typing import Callable, Dict, Optional, Tuple, TypeVar
 
 from speechiter.errors import DataError
 from speechiter.io.ranged import check_length, checked_s3
+from speechiter.io.secrets import note_secrets, redact
 
 __all__ = ["is_url", "redact", "note_secrets", "filesystem", "call", "failure", "read_range", "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install 'speechiter[s3]'"
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-_USERINFO_RE = re.compile(r"(?<=://)[^/@\s]+@")
-_PASSWORD_RE = re.compile(r"://[^/@:\s]*:([^/@\s]+)@")
-# user:password@host as a library quotes it back without its scheme ('Invalid bucket name "user:pw@bucket"')
-_BARE_USERINFO_RE = re.compile(r"[^\s/@:'\"()\[\]{}<>,;=]*:[^\s/@'\"]+@(?=[\w.-])")
-_SECRET_PARAM_RE = re.compile(
-    r"([?&;](?:[^=&\s#]*(?:sig|signature|token|key|credential|secret|password|auth)[^=&\s#]*)=)[^&\s#]*",
-    re.IGNORECASE)
-_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 _BACKOFF = 0.2  # seconds before the second try; doubles after
 T = TypeVar("T")
 
 
 def is_url(value: str) -> bool:
     return bool(_URL_RE.match(value))
-
-
-#: passwords seen in URLs in this process (``s3://user:password@...``), removed wherever they appear
-_PASSWORDS: Dict[str, None] = {}
-
-
-def note_secrets(text: str) -> None:
-    """Remember the passwords of the URLs in ``text``: a library's message may quote one on its own."""
-    for password in _PASSWORD_RE.findall(str(text)):
-        if len(password) >= 4 and password not in _PASSWORDS:
-            _PASSWORDS[password] = None
-
-
-def redact(text: str) -> str:
-    """``text`` without secrets: ``user:password@`` of URLs (also as a
-    library quotes it, without the scheme), the passwords seen in URLs,
-    query values named like signatures, tokens, keys or credentials, and the
-    values of the secret AWS environment variables."""
-    text = str(text)
-    note_secrets(text)
-    text = _BARE_USERINFO_RE.sub("***@", _USERINFO_RE.sub("***@", text))
-    text = _SECRET_PARAM_RE.sub(r"\1***", text)
-    secrets = [os.environ.get(name) for name in _SECRET_ENV] + list(_PASSWORDS)
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text
 
 
 def _env_number(name: str, default: float, kind=float):

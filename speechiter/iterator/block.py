@@ -24,7 +24,7 @@ import numpy as np
 from speechiter.checks import check_choice, check_positive_number
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator
-from speechiter.iterator.view import Batches, batches_from_bounds, lengths_of, vectorised
+from speechiter.plan.view import Batches, batches_from_bounds, cacheable, lengths_of, vectorised
 
 REACH, NEVER_EXCEED = "reach", "never_exceed"
 RULES = (REACH, NEVER_EXCEED)
@@ -44,6 +44,7 @@ class BlockIterator(Iterator):
     def budgets_longest(self, iter_conf: dict) -> bool:
         return check_rule(iter_conf.get("batch_len_rule", REACH)) == NEVER_EXCEED
 
+    @cacheable
     @vectorised
     def batches_generate_fn(self, data_index: Sequence[str], data_len: Optional[Mapping[str, float]],
                             batch_len: Optional[float] = None, batch_len_rule: str = REACH) -> Batches:

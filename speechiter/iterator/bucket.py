@@ -23,7 +23,7 @@ come longest first (shortest first with ``is_descending: false``); the
 cursor rule (``batches_per_epoch``), ngpu and the rank shares then apply to
 each epoch's view as to any other (see Iterator.base_epoch_view), and the epoch's
 shuffle of batches (``shuffle``) is the fresh one, as the view is new every
-epoch (see NOTE [ Epoch shuffle ] in shuffle.py). Every rank computes the
+epoch (see NOTE [ Epoch shuffle ] in speechiter/plan/shuffle.py). Every rank computes the
 same view, so all ranks run the same number of steps.
 
 The bucket rule is speechiter's own (SpeeChain has none): as its budget is a
@@ -38,7 +38,7 @@ from speechiter.errors import ConfigError
 from speechiter.ids import encode_ids
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import check_budget
-from speechiter.iterator.view import Batches, BatchView, hook_answer, lengths_of, vectorised
+from speechiter.plan.view import Batches, BatchView, hook_answer, lengths_of, vectorised
 
 _STREAM = 0x6275636B  # "buck": keeps the bucket shuffle apart from other draws of (seed, epoch)
 
@@ -79,7 +79,7 @@ class BucketIterator(Iterator):
     def base_epoch_view(self, epoch: int) -> BatchView:
         """The batches of ``epoch``: the buckets reshuffled with (seed, epoch); the ngpu rule and the
         rank share then apply as for epoch 1 (see Iterator.epoch_view)."""
-        return self._base if epoch == 1 else self.buckets.compose(self.seed, epoch)
+        return super().base_epoch_view(epoch) if epoch == 1 else self.buckets.compose(self.seed, epoch)
 
 
 class Buckets:

@@ -3,13 +3,14 @@ from typing import Mapping, Optional, Sequence
 
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator
-from speechiter.iterator.view import Batches, vectorised
+from speechiter.plan.view import Batches, cacheable, vectorised
 
 
 class PieceIterator(Iterator):
     """Cuts the sorted utterances into batches of exactly ``batch_size`` (the
     last batch holds the remainder). Mainly for evaluation, e.g. batch_size 1."""
 
+    @cacheable
     @vectorised
     def batches_generate_fn(self, data_index: Sequence[str], data_len: Optional[Mapping[str, float]],
                             batch_size: Optional[int] = None) -> Batches:

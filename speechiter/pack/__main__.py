@@ -10,6 +10,9 @@ block batch (see NOTE [ Pack layout ] in speechiter/pack/writer.py). --reseal
 records the current size and mtime / ETag of a pack's shards in its
 shards.json, after a deliberate copy.
 
+A mix (mix.MixIterator) is packed one corpus at a time: --iterator names the
+corpus (each corpus's recipe then points at its own pack).
+
 A BucketIterator is packed in the order of its first epoch's batches
 (utterances of similar length together); later epochs draw other batches
 from the same buckets, so their ranges are near each other but not one
@@ -50,7 +53,16 @@ def _pick(built, group: str, name):
             name = next(iter(found))
         if name not in found:
             raise DataError(f"group {group!r} has no iterator {name!r} (it has {', '.join(found)})")
+        if found[name].mixed:
+            raise DataError(f"{group}/{name} is a mix (mix.MixIterator) of {', '.join(found[name].names)}: pack "
+                            f"each corpus from a recipe whose {group} group is that corpus")
         return found[name]
+    if found.mixed:  # one corpus at a time
+        if name not in found.names:
+            named = "needs --iterator" if name is None else f"has no corpus {name!r}"
+            raise DataError(f"group {group!r} is a mix (mix.MixIterator) of {', '.join(found.names)}: packing it "
+                            f"{named}, naming one corpus at a time")
+        return found.iterators[name]
     if name is not None:
         raise DataError(f"group {group!r} has one unnamed iterator; leave --iterator out")
     return found
@@ -58,6 +70,7 @@ def _pick(built, group: str, name):
 
 def _pack(args) -> dict:
     from speechiter import build_iterators, load_config
+    from speechiter.build import close_all
     from speechiter.errors import ConfigError, DataError
     from speechiter.pack.writer import write_pack
 
@@ -72,14 +85,13 @@ def _pack(args) -> dict:
         built = build_iterators(config, num_workers=0, groups=(args.group,))
     except ConfigError as e:
         raise DataError(str(e)) from None
-    iterator = _pick(built, args.group, args.iterator)
     try:
-        result = write_pack(iterator, args.out, args.shard_size, args.idx2_out)
+        result = write_pack(_pick(built, args.group, args.iterator), args.out, args.shard_size, args.idx2_out)
     finally:
-        iterator.close()
+        close_all(built)
     args.out_dir = args.idx2_out or args.out
     return {"shards": result["shards"], "utterances": result["utterances"], "bytes": result["bytes"],
-            **{name: 1 for name in result["files"]}}
+            **result["files"]}
 
 
 def _reseal(folder: str) -> dict:
@@ -97,7 +109,7 @@ def main(argv=None) -> int:
     parser.add_argument("--data_cfg", help="the recipe (exp_cfg or data_cfg)")
     parser.add_argument("--group", default="train", choices=("train", "valid", "test"),
                         help="train, valid or test (default train)")
-    parser.add_argument("--iterator", help="the iterator's name, in a group of named iterators")
+    parser.add_argument("--iterator", help="the iterator's name, in a group of named iterators; a corpus's, in a mix")
     parser.add_argument("--out", help="folder or URL the shards (and idx2 files) are written to")
     parser.add_argument("--idx2_out", help="folder for the idx2 files (default --out)")
     parser.add_argument("--shard_size", type=_size_arg, default="256M", help="about this many bytes per shard")

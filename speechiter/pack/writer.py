@@ -115,7 +115,7 @@ def _plan_ids(iterator) -> List[str]:
 def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_out: Optional[str] = None) -> dict:
     """Pack ``iterator``'s audio into ``out`` (see NOTE [ Pack layout ]);
     ``idx2_out``: where the idx2 files go (default ``out``). Returns
-    ``{"shards": n, "utterances": n, "bytes": n, "files": [idx2 names]}``."""
+    ``{"shards": n, "utterances": n, "bytes": n, "files": {idx2 name: rows}}``."""
     dataset = iterator.dataset
     shard_out, index_out = Out(out), Out(idx2_out or out)
     copies = _copies(iterator, index_out)
@@ -147,7 +147,7 @@ def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_ou
     records = {name: shard_out.record(name) for name in shards.names}
     with shard_out.open(SHARDS_FILE) as f:
         f.write(json.dumps({"format": "speechiter-pack", "version": 1, "shards": records}, indent=1).encode())
-    written: List[str] = []
+    written: Dict[str, int] = {}
     for file, key in copies:
         _copy_idx2(file, index_out, None if key is None else packed.get(key), written)
     return {"shards": len(shards.names), "utterances": len(_plan_ids(iterator)),
@@ -157,8 +157,8 @@ def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_ou
 def _copies(iterator, out: Out) -> List[Tuple[str, Optional[str]]]:
     """``[(idx2 file, its main_data key or None)]`` the pack copies into ``out``; refused, before anything is
     written, when a copy would replace the file itself (``--out`` the corpus's own folder)."""
-    copies = [(file, key) for key, files in iterator.dataset.sources.items() for file in files]
-    plan = iterator.plan
+    copies = [(file, key) for key, files in iterator.dataset.main_data_files.items() for file in files]
+    plan = iterator.batch_options
     extra = [plan.data_len] if isinstance(plan.data_len, str) else list(plan.data_len or [])
     for files in (plan.group_info or {}).values():
         extra += [files] if isinstance(files, str) else list(files)
@@ -171,7 +171,7 @@ def _copies(iterator, out: Out) -> List[Tuple[str, Optional[str]]]:
     return copies
 
 
-def _copy_idx2(file: str, out: Out, values: Optional[Dict[str, str]], written: List[str]) -> None:
+def _copy_idx2(file: str, out: Out, values: Optional[Dict[str, str]], written: Dict[str, int]) -> None:
     """``file`` into ``out`` under its own name: packed values replaced,
     other path values made absolute (``values`` None: copied as it is)."""
     name = os.path.basename(file)
@@ -180,7 +180,6 @@ def _copy_idx2(file: str, out: Out, values: Optional[Dict[str, str]], written: L
     if name == "segments":
         raise DataError(f"{file}: Kaldi segments cannot be packed yet; import them first "
                         f"(python -m speechiter.importers.kaldi) and pack the idx2wav it writes")
-    written.append(name)
     if values is None:
         with open(file, "rb") as f:
             data = f.read()
@@ -196,3 +195,4 @@ def _copy_idx2(file: str, out: Out, values: Optional[Dict[str, str]], written: L
         data = "".join(lines).encode("utf-8")
     with out.open(name) as f:
         f.write(data)
+    written[name] = data.count(b"\n") + (not data.endswith(b"\n") and bool(data))  # rows, as the importers count

@@ -4,7 +4,7 @@ A converter turns one raw batch into the output type. The raw batch is either
 the object a worker or the indexer returned (in-process and thread mode), or
 a :class:`~speechiter.sequence.shm.Packed` batch whose arrays are views into
 a shared-memory slot (process mode). When its reader is ``shared`` the
-converter hands out those views (see NOTE [ Zero-copy batches ] in shm.py);
+converter hands out those views (see NOTE [ Zero-copy batches ] in shm/slots.py);
 otherwise it copies every array out, so that the slot can be reused as soon
 as the converter returns.
 

@@ -27,6 +27,12 @@ every poll (NOTE [ One shutdown path ] in speechiter/interrupts.py). The
 standard launch also connects to the server before it makes its two pipes: a
 process out of file descriptors then drops a connection half-made, and the
 server dies of it with a traceback; here the pipes come first.
+Once the workers run, the server reports each one's end (its exit status, on
+the worker's sentinel). A stopped server does not, so a worker that dies then
+would be waited for until the batch timeout: the pool also takes the close of
+a worker's result pipe, with the worker ended (/proc), as its death
+(:func:`ended`), and both kinds of death name the server when it is stopped
+or gone (:func:`server_note`; a killed server takes its workers with it).
 """
 import io
 import os
@@ -45,6 +51,7 @@ SUPPORTED = (3, 10) <= sys.version_info[:2] <= (3, 13)
 # See NOTE [ Waiting for the fork server ].
 POLL_S = 0.25
 STOPPED_S = 2.0
+SETTLE_S = 0.5  # how long a dying server may take to leave /proc
 START_TIMEOUT_S = 120.0
 
 
@@ -148,6 +155,29 @@ def _server_state():
     if stat is None:
         return None if not os.path.exists(f"/proc/{pid}") else "?"
     return None if stat[0] in ("Z", "X") else stat[0]
+
+
+def server_note(settle: bool = False) -> str:
+    """``"; its fork server (pid N) is stopped"`` (or gone) when this process's fork server cannot report
+    its workers' ends, else ``""`` (NOTE [ Waiting for the fork server ]). ``settle``: the server may be
+    dying (a worker's end read as exit code 255: its pipe closed with no status), so look again for up to
+    ``SETTLE_S``."""
+    state = _server_state() if _server_pid() is not None else "?"
+    deadline = time.monotonic() + (SETTLE_S if settle else 0)
+    while state not in (None, "T", "t", "?") and time.monotonic() < deadline:
+        time.sleep(0.01)
+        state = _server_state()
+    if state is None:
+        return f"; the fork server that started it (pid {_server_pid()}) is gone (killed?), and its workers with it"
+    if state in ("T", "t"):
+        return f"; the fork server that started it (pid {_server_pid()}) is stopped (SIGSTOP, or a debugger)"
+    return ""
+
+
+def ended(pid: int) -> bool:
+    """Whether the process ``pid`` has ended (gone, or a zombie nobody reaps), where /proc tells."""
+    stat = proc_stat(pid)
+    return (stat is None and os.path.isdir("/proc/self")) or stat is not None and stat[0] in ("Z", "X")
 
 
 def _server_error(what: str) -> ResourceError:

@@ -15,6 +15,7 @@ import warnings
 from multiprocessing import resource_tracker
 from typing import Any, List, Optional, Protocol, Tuple
 
+from speechiter.sequence.forkserver import ended, server_note
 from speechiter.sequence.limits import check_open_files, is_emfile, open_files_error
 from speechiter.sequence.start import UNGUARDED_MAIN, UNGUARDED_MAIN_EXIT, refuse_unguarded_main, worker_start
 from speechiter.sequence.taskpipe import TaskPipe
@@ -58,6 +59,7 @@ class ProcPool:
         check_open_files(num_workers)  # NOTE [ Machine limits ] in limits.py
         ctx, factory = worker_start(factory, start_method)
         forked = ctx.get_start_method() == "fork"
+        self._server_note = server_note if ctx.get_start_method() == "forkserver" else lambda settle=False: ""
         # A worker checks on the process that started it: this one, or the fork server (lifeline.py).
         parent_pid = os.getpid() if ctx.get_start_method() != "forkserver" else None
         self._task_pipes, self._readers, self._procs = [], [], []
@@ -111,11 +113,11 @@ class ProcPool:
         if any(tasks.pending for tasks in self._task_pipes):
             timeout = min(timeout, _FLUSH_S)  # a full task pipe: come back soon to write the rest
         ready = multiprocessing.connection.wait(self._open, timeout)
-        messages, dead = [], []
+        messages, dead, closed = [], [], []
         for obj in ready:
             wid = self._owner[obj]
-            if obj is self._readers[wid]:
-                self._drain(obj, messages)
+            if obj is self._readers[wid] and not self._drain(obj, messages):
+                closed.append(wid)
         for obj in ready:
             wid = self._owner[obj]
             if obj is not self._readers[wid]:
@@ -124,16 +126,25 @@ class ProcPool:
                 self._open.remove(obj)
                 if self._procs[wid].exitcode == UNGUARDED_MAIN_EXIT:
                     raise RuntimeError(UNGUARDED_MAIN)
-                dead.append((wid, describe_exit(self._procs[wid].exitcode)))
+                exitcode = self._procs[wid].exitcode  # 255: its server closed the pipe with no status
+                dead.append((wid, describe_exit(exitcode) + self._server_note(exitcode == 255)))
+        for wid in closed:  # See NOTE [ Waiting for the fork server ] in forkserver.py
+            proc = self._procs[wid]
+            if proc.sentinel in self._open and not proc.join(_REAP_S) and proc.exitcode is None and ended(proc.pid):
+                self._open.remove(proc.sentinel)
+                dead.append((wid, "its end was not reported" + self._server_note()))
         return messages, dead
 
-    def _drain(self, reader, messages):
+    def _drain(self, reader, messages) -> bool:
+        """Take what ``reader`` holds; False once the worker has closed it (it has ended)."""
         try:
             while reader.poll():
                 messages.append(reader.recv())
         except (EOFError, OSError):
             if reader in self._open:
                 self._open.remove(reader)
+            return False
+        return True
 
     def close(self) -> None:
         """End all workers: ask, wait ``STOP_GRACE_S``, terminate, kill. Idempotent.

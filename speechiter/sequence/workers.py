@@ -16,6 +16,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
+from speechiter.messages import worker_warnings
 from speechiter.sequence.fetch import READ_AHEAD, Task, fetch, prepare, same_task
 from speechiter.sequence.lifeline import die_with_parent, leave_fork_server, orphaned
 from speechiter.sequence.limits import explain
@@ -193,13 +194,14 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
         os.environ.clear()
         os.environ.update(environ)
     cap = ThreadCap(threads, per_thread=False)
+    worker_warnings()  # NOTE [ One line per problem ] in speechiter/messages.py
     leave_fork_server()
     if parent_pid is None:
         parent_pid = os.getppid()
     if not die_with_parent(parent_pid):
         return
     # Ctrl-C goes to the whole process group: the main process handles it and
-    # ends the workers (see NOTE [ Shutdown order ] in pool_scheduler.py); workers stay quiet.
+    # ends the workers (see NOTE [ Shutdown order ] in scheduler.py); workers stay quiet.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it, whatever a forked parent handled
     writer = SlotWriter(prefix, wid, tracked=True)  # NOTE [ Segments of a killed main process ]

@@ -187,14 +187,10 @@ LEGACY = {}  # a saved state's config -> the same state as version 3 wrote it (i
 def legacy_state(recipe, saved):
     """``saved`` as version 3 wrote it, made in this process from the same recipe."""
     from speechiter import build_iterators, load_config
-    from speechiter.state import GroupState, LoaderState
-    from speechiter.state_files import StateFiles
+    from tests.state.old_forms import run_state
     iterators = build_iterators(load_config(str(recipe)), num_workers=0, groups=("train", "valid"))
     try:
-        train = saved["train"]
-        loaders = {"None": LoaderState.of(iterators["train"], train["epoch"], train["step"], version=3)}
-        group = GroupState(train["epoch"], train["step"], train["steps"], loaders, version=3)
-        return StateFiles(iterators, saved["seed"], None, False).state(group, version=3).to_dict()
+        return run_state(saved, iterators)
     finally:
         for iterator in (iterators["train"], iterators["valid"]):
             iterator.close()

@@ -18,7 +18,8 @@ import pytest
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
-from speechiter.iterator.view import BatchView, eval_share, merge_small
+from speechiter.plan.ordered import reorder
+from speechiter.plan.view import BatchView, eval_share, merge_small
 from tests.iterator.test_loop import handbook_code, run_example
 from tests.recipes import entry, write_recipe
 
@@ -136,7 +137,7 @@ def test_merge_and_share_rules_on_a_view():
     shares = [eval_share(view, rank, 3, descending=False) for rank in range(3)]
     assert [s.tolist() for s in shares] == [[["a"], ["d"], ["g"]], [["b"], ["e"], ["g"]], [["c"], ["f"], ["g"]]]
     assert [s.padding.tolist() for s in shares] == [[False] * 3, [False, False, True], [False, False, True]]
-    taken = shares[1].take(np.array([2, 0]))
+    taken = reorder(shares[1], np.array([2, 0]))
     assert taken.tolist() == [["g"], ["b"]] and taken.padding.tolist() == [True, False]
 
 

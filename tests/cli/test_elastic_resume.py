@@ -1,7 +1,7 @@
 """Kill and resize: a torchrun job is SIGKILLed mid-epoch and resumed with --resume on another number of
 ranks and workers, several times; over all ranks every step is the uninterrupted run's global batch and
 every utterance of an epoch comes once (NOTE [ State files ] in speechiter/state_files.py, NOTE [ Elastic
-resume ] in speechiter/iterator/elastic.py).
+resume ] in speechiter/plan/layout.py).
 
 Each segment's ranks write --dump_batches and --save_state files; one rank's dataset stops at a chosen
 utterance (it marks a file and waits), then the test SIGKILLs the whole job: torchrun, the ranks and their

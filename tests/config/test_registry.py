@@ -13,6 +13,7 @@ import pytest
 from speechiter.errors import ConfigError
 from speechiter.dataset.abs import Dataset
 from speechiter.iterator.abs import Iterator
+from speechiter.iterator.mix import MixIterator
 from speechiter.registry import (ALIASES, BUILTIN_TYPES, builtin_types, check_keywords, resolve_class,
                                  signature_names)
 
@@ -249,7 +250,7 @@ def test_the_builtin_types():
         "speech_text.RandomSpkFeatDataset": "random_spk.RandomSpkFeatDataset",
         "speech.speech_text.SpeechTextDataset": "speech_text.SpeechTextDataset",
         "speech.speech_text.RandomSpkFeatDataset": "random_spk.RandomSpkFeatDataset"}}
-    for kind, base in (("iterator", Iterator), ("dataset", Dataset)):
+    for kind, base in (("iterator", (Iterator, MixIterator)), ("dataset", Dataset)):
         for name, target in BUILTIN_TYPES[kind].items():
             cls = resolve_class(kind, name, PATH, base)
             assert f"{cls.__module__}.{cls.__qualname__}" == target

@@ -26,8 +26,9 @@ def curves(out: Path):
     return (out / "loss.csv").read_text(), (out / "valid.csv").read_text()
 
 
-def run(out: Path, *args, batch_len="4e4") -> int:
-    """train.py in this process; batches of one utterance (2.5 s) unless ``batch_len`` says otherwise."""
+def run(out: Path, *args, batch_len="250") -> int:
+    """train.py in this process; batches of about one utterance (250 frames, 2.5 s) unless ``batch_len``
+    says otherwise (frames: the recipe has feat_conf)."""
     return train.main(["--out", str(out), "--quiet", "--set", f"batch_len={batch_len}", *map(str, args)])
 
 
@@ -60,12 +61,12 @@ def test_a_bad_recipe_is_one_line(tmp_path, capsys):
 def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_curve(tmp_path, demo_root):
     """Two epochs of 10 steps with two loading processes; SIGKILL after step 8, resumed from step 6."""
     options = ["--epochs", 2, "--save_every", 3, "--num_workers", 2]
-    assert run(tmp_path / "whole", *options, batch_len="1.6e5") == 0
+    assert run(tmp_path / "whole", *options, batch_len="1000") == 0
     env = dict(os.environ, PYTHONPATH=str(EXAMPLE.parents[1]))
     killed = subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--out", str(tmp_path / "killed"),
                              "--quiet", "--kill_at", "8", *map(str, options)], env=env, capture_output=True,
                             text=True, timeout=400)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert len((tmp_path / "killed" / "loss.csv").read_text().splitlines()) == 1 + 6  # as saved at step 6
-    assert run(tmp_path / "killed", *options, "--resume", batch_len="1.6e5") == 0
+    assert run(tmp_path / "killed", *options, "--resume", batch_len="1000") == 0
     assert curves(tmp_path / "killed") == curves(tmp_path / "whole")

@@ -8,7 +8,8 @@ from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator
 from speechiter.iterator.bucket import BucketIterator
 from speechiter.iterator.piece import PieceIterator
-from speechiter.iterator.view import BatchView, clip_batches, make_divisible, rank_share
+from speechiter.plan.ordered import clip_batches
+from speechiter.plan.view import BatchView, make_divisible, rank_share
 from speechiter.loader import Loader
 from speechiter.seeding import cumulative_order
 
@@ -168,7 +169,7 @@ def test_shuffle_is_cumulative_over_the_whole_view_and_fresh_for_a_clip(lengths_
 
 
 def test_cumulative_shuffle_continues_from_the_kept_order(lengths_corpus, monkeypatch):
-    import speechiter.iterator.shuffle as shuffle
+    import speechiter.plan.shuffle as shuffle
     _, _, root = lengths_corpus
     iterator = make(PieceIterator, root, batch_size=4)
     expected = make(PieceIterator, root, batch_size=4).epoch_batches(51)

@@ -9,10 +9,11 @@ import speechiter
 from speechiter.batch import Batch
 from speechiter.dump import checksum
 from speechiter.errors import ConfigError
-from speechiter.group import stream_position
 from speechiter.iterator.mix import MixIterator
-from speechiter.iterator.schedule import MixSchedule
-from speechiter.state import LoaderState
+from speechiter.plan.schedule import MixSchedule
+from speechiter.plan.steps import stream_position
+from speechiter.state import MixState
+from speechiter.state_versions import read_loader_state
 from tests.cli.test_run import read_dump, run_cli
 from tests.iterator.test_loop import handbook_code, run_example
 from tests.recipes import entry, write_recipe
@@ -84,7 +85,7 @@ def run_epochs(mix, epochs=3):
 def test_each_batch_is_its_corpus_own_batch_at_its_own_position(corpora):
     mix = build(corpora)
     try:
-        assert isinstance(mix, MixIterator) and len(mix) == 9 and mix.sizes == [5, 4]
+        assert isinstance(mix, MixIterator) and len(mix) == 9 and mix.planner.sizes == [5, 4]
         assert [it.name for it in mix.iterators.values()] == ["train/libri", "train/cv"]
         mixed = run_epochs(mix, 4)
         own = {name: {} for name in mix.names}  # corpus -> {(own epoch, step): signature} from its own loader
@@ -95,12 +96,12 @@ def test_each_batch_is_its_corpus_own_batch_at_its_own_position(corpora):
         counts = {name: 0 for name in mix.names}
         for epoch, batches in enumerate(mixed, 1):
             for step, (source, ids, digest) in enumerate(batches, 1):
-                assert mix.source_of(epoch, step) == source
-                own_epoch, own_step = stream_position(counts[source], mix.sizes[mix.names.index(source)])
+                assert mix.planner.corpus_of(epoch, step) == source
+                own_epoch, own_step = stream_position(counts[source], mix.planner.sizes[mix.names.index(source)])
                 assert own[source][own_epoch, own_step + 1] == (source, ids, digest)
                 counts[source] += 1
         assert counts == {"libri": 25, "cv": 11}  # 36 steps at 7/10 and 3/10, rounded within one batch
-        assert mix.own_positions(5, 0) == {"libri": (6, 0), "cv": (3, 3)}
+        assert mix.planner.own_positions(5, 0) == {"libri": (6, 0), "cv": (3, 3)}
         # each corpus in its own exact epochs: every own epoch that ended used each batch once
         libri_epoch_2 = [own["libri"][2, step][1] for step in range(1, 6)]
         assert sorted(sum(libri_epoch_2, [])) == sorted(sum(mix.iterators["libri"].batches, []))
@@ -148,28 +149,29 @@ def test_a_resume_at_any_step_gives_the_same_batches(corpora, num_workers, threa
 def test_the_state_nests_each_corpus_at_its_own_position_and_is_checked(corpora):
     mix = build(corpora)
     try:
-        state = LoaderState.of(mix, 2, 3)
-        positions = mix.own_positions(2, 3)  # 12 steps: libri 8 batches (epoch 2, 3 done), cv 4 (epoch 2, 0 done)
-        assert positions == {"libri": (2, 3), "cv": (2, 0)}
-        assert {name: (s.epoch, s.step) for name, s in state.sources.items()} == positions
-        assert LoaderState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
-        assert "sources" not in LoaderState.of(mix.iterators["cv"], 1, 0).to_dict()  # other states unchanged
+        state = mix.state_at(2, 3)
+        positions = mix.planner.own_positions(2, 3)  # 12 steps: libri 8 batches (epoch 2, 3 done), cv 4 (2, 0 done)
+        assert positions == {"libri": (2, 3), "cv": (2, 0)} and isinstance(state, MixState)
+        assert {name: (s.epoch, s.step) for name, s in state.corpora.items()} == positions
+        assert state.schedule == {"version": 1, "batches_per_epoch": 9, "weights": {"libri": "7/10", "cv": "3/10"}}
+        assert read_loader_state(json.loads(json.dumps(state.to_dict()))) == state
+        assert "sources" not in mix.iterators["cv"].state_at(1, 0).to_dict()  # other states unchanged
         saved = state.to_dict()
         saved["sources"]["cv"]["step"] = 1
         with pytest.raises(ConfigError, match=r"state.sources.cv: at epoch 2 step 1, but the mix's epoch 2 step 3 "
                                               r"puts it at epoch 2 step 0"):
-            LoaderState.from_dict(saved).check_fits(mix)
+            read_loader_state(saved).check_setup(mix)
         saved = state.to_dict()
         del saved["sources"]["cv"]
         with pytest.raises(ConfigError, match=r"state.sources: saved for corpora \['libri'\], this mix has"):
-            LoaderState.from_dict(saved).check_fits(mix)
+            read_loader_state(saved).check_setup(mix)
         saved = state.to_dict()
         del saved["sources"]
         with pytest.raises(ConfigError, match="state.sources: missing"):
-            LoaderState.from_dict(saved).check_fits(mix)
+            read_loader_state(saved).check_setup(mix)
         other = build(corpora, name="other.yaml", train=mix_entry(*corpora[:2], weights={"libri": 0.6, "cv": 0.4}))
         with pytest.raises(ConfigError, match=r"weights.cv: saved \"3/10\", now \"2/5\""):
-            LoaderState.from_dict(state.to_dict()).check_fits(other)
+            read_loader_state(state.to_dict()).check_setup(other)
         other.close()
     finally:
         mix.close()

@@ -5,8 +5,8 @@ import pytest
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.ids import encode_ids
 from speechiter.iterator.block import BlockIterator
-from speechiter.iterator.ordered import OrderedView
-from speechiter.iterator.view import BatchView, clip_batches
+from speechiter.plan.ordered import OrderedView, clip_batches, reorder
+from speechiter.plan.view import BatchView
 
 
 def random_view(rng, padded):
@@ -31,26 +31,27 @@ def assert_reads_as(lazy, gathered):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_take_reads_as_the_gathered_view(seed):
+def test_reorder_reads_as_the_gathered_view(seed):
     rng = np.random.default_rng(seed)
     view = random_view(rng, padded=seed % 2 == 1)
     first = rng.integers(0, len(view), int(rng.integers(0, 30)))
     second = rng.integers(0, len(first), int(rng.integers(0, 30))) if len(first) else first
-    assert_reads_as(view.take(first), view.gather(first))
-    composed = view.take(first).take(second)
+    assert_reads_as(reorder(view, first), view.gather(first))
+    composed = reorder(reorder(view, first), second)
     assert composed.base is view and composed == view.gather(first).gather(second)
-    assert_reads_as(view.take(first).take(second), view.gather(first).gather(second))
+    assert_reads_as(composed, view.gather(first).gather(second))
 
 
 def test_index_errors_and_inequality():
     view = BatchView(encode_ids(["a", "b", "c"]), [0, 2, 3])
-    lazy = view.take([1, 0])
+    lazy = reorder(view, [1, 0])
     with pytest.raises(IndexError, match="out of range"):
         lazy[2]  # pylint: disable=pointless-statement
     with pytest.raises(IndexError, match="out of range"):
         lazy[-3]  # pylint: disable=pointless-statement
-    assert lazy == [["c"], ["a", "b"]] and lazy != view and lazy != view.take([0, 1]) and lazy == view.take([1, 0])
-    assert view.take([0, 1]) == view and clip_batches(view, 3, 1) == [["a", "b"], ["c"], ["a", "b"]]
+    assert lazy == [["c"], ["a", "b"]] and lazy != view and lazy != reorder(view, [0, 1])
+    assert lazy == reorder(view, [1, 0]) and not isinstance(lazy, BatchView)  # a view's reading, not its type
+    assert reorder(view, [0, 1]) == view and clip_batches(view, 3, 1) == [["a", "b"], ["c"], ["a", "b"]]
 
 
 def test_epoch_plan_reads_the_rank_view_without_copying(tmp_path):
@@ -64,6 +65,6 @@ def test_epoch_plan_reads_the_rank_view_without_copying(tmp_path):
                              ngpu=2, rank=1, world_size=2, engine="inline")
     tasks = iterator.epoch_tasks(2, 1)
     plan = tasks.batches
-    assert isinstance(plan, OrderedView) and plan.base is iterator._view
+    assert isinstance(plan, OrderedView) and plan.base is iterator.planner.view
     assert [task.ids for task in tasks] == plan.base.gather(plan.order).tolist()[1:]
     assert plan._gathered is None

@@ -7,7 +7,8 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError, DataError
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.block import BlockIterator, block_bounds
-from speechiter.iterator.view import BatchView, as_view, clip_batches, make_divisible, rank_share
+from speechiter.plan.ordered import clip_batches
+from speechiter.plan.view import BatchView, as_view, make_divisible, rank_share
 from speechiter.idx2 import read_idx2, read_idx2_numbers, read_idx2_table
 from speechiter.ids import IdList, decode_ids, encode_ids
 

@@ -7,9 +7,9 @@ import speechiter
 from speechiter.errors import ConfigError
 from speechiter.group import GroupLoader, IteratorGroup, build_group_loader
 from speechiter.iterator.abs import Iterator
-from speechiter.state import LoaderState
 from tests.iterator.test_loop import handbook_code, run_example
 from tests.cli.test_run import read_dump, run_cli
+from tests.state.old_forms import loader_state
 from tests.recipes import entry, write_recipe
 
 
@@ -233,7 +233,7 @@ def test_a_version_2_group_state_still_loads(semi):
         state = GroupLoader(train, epoch=2, start_step=5, steps="longest").state_dict()
         state["version"] = 2
         for name, saved in state["iterators"].items():
-            state["iterators"][name] = LoaderState.of(train[name], 2, 5, version=2).to_dict()
+            state["iterators"][name] = loader_state(train[name], 2, 5, version=2)
         fresh = GroupLoader(train, steps="longest")
         fresh.load_state_dict(state)
         assert ids_per_step(fresh) == ids_per_step(GroupLoader(train, 2, 5, steps="longest"))

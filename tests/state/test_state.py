@@ -9,45 +9,26 @@ from speechiter.config import iterator_label
 from speechiter.errors import ConfigError
 from speechiter.loader import Loader
 from speechiter.fingerprints import settings_summary, summary_differences
-from speechiter.iterator.elastic import Layout
-from speechiter.state import GroupState, LoaderState, RunState, Stateful
+from speechiter.plan.layout import Layout
+from speechiter.state import GroupState, LoaderState, RunState, Stateful, check_step
+from speechiter.state_keys import CURRENT
+from speechiter.state_versions import LAYOUT, read_group_state, read_loader_state, read_run_state
 from speechiter.user_files import read_json
 from tests import recipes
 
 
-class FakePlan:
-    """The legacy fingerprints of a FakeIterator (states of versions 1 to 3)."""
-
-    def __init__(self, iterator):
-        self.iterator = iterator
-
-    def fingerprint(self, legacy=False):
-        return self.iterator.config_fingerprint
-
-    def summary(self, legacy=False):
-        return self.iterator.config_summary
-
-
 class FakeIterator:
-    """What a state reads of an Iterator, with the same values for the legacy and the layout-free fields."""
+    """What a state reads of an iterator, with the same fingerprints in every scheme."""
 
-    def __init__(self, name="train/sup", seed=0, batches=(("a", "b"), ("c",)), summary=None):
-        self.name, self.seed, self.config_fingerprint = name, seed, "cfg"
+    mixed = False
+
+    def __init__(self, name="train/sup", seed=0, batches=(("a", "b"), ("c",)), summary=None, config="cfg"):
+        self.name, self.seed, self.config, self.summary = name, seed, config, summary
         self.batches = [list(b) for b in batches]
-        self.config_summary = summary
-        self.plan, self.layout, self.ngpu = FakePlan(self), Layout(), 1
 
-    def view_fingerprint(self, legacy=False):
-        return "view"
-
-    def base_batches(self):
-        return len(self.batches)
-
-    def layout_of(self, epoch):
-        return self.layout
-
-    def epoch_len(self, epoch):
-        return len(self)
+    def state_at(self, epoch, step, scheme=CURRENT):
+        return LoaderState(self.name, epoch, step, self.seed, self.config, "view", len(self.batches), self.summary,
+                           Layout() if scheme == CURRENT else None, scheme)
 
     def __len__(self):
         return len(self.batches)
@@ -57,44 +38,53 @@ def fake_iterator(**kwargs):
     return FakeIterator(**kwargs)
 
 
-def group_state(epoch=2, step=1, version=3):
-    loader = LoaderState.of(fake_iterator(), epoch, step, version=version)
-    return GroupState(epoch=epoch, step=step, steps="shortest", iterators={"sup": loader}, version=version)
+def check_fits(state, iterator):
+    """The checks a Loader makes before it continues from ``state``."""
+    state.check_setup(iterator)
+    check_step(state.step, len(iterator), state.epoch, "state.step")
+
+
+def group_state(epoch=2, step=1, scheme=CURRENT, own_positions=True):
+    loader = fake_iterator().state_at(epoch, step, scheme)
+    return GroupState(epoch=epoch, step=step, steps="shortest", iterators={"sup": loader},
+                      own_positions=own_positions)
 
 
 def run_state(epoch=2, step=1):
-    return RunState(seed=0, config="run", train=group_state(epoch, step, version=4), world_size=1)
+    return RunState(seed=0, config="run", train=group_state(epoch, step), world_size=1)
 
 
 def flat_run_state(version=2):
     """A run state as versions 1 and 2 saved it: the train group's fields beside the run's."""
-    loader = LoaderState.of(fake_iterator(), 2, 1, version=version).to_dict()
+    loader = dict(fake_iterator().state_at(2, 1).to_dict(), version=version)
+    del loader["layout"]
     state = {"version": version, "mode": "train", "epoch": 2, "step": 1, "seed": 0, "config": "run",
-             "iterators": {"sup": dict(loader, version=version)}, "settings": None}
+             "iterators": {"sup": loader}, "settings": None}
     if version == 1:
         del state["settings"], state["iterators"]["sup"]["settings"]
     return state
 
 
 def test_loader_state_keeps_the_saved_format():
-    state = LoaderState.of(fake_iterator(), 2, 1)
+    state = fake_iterator().state_at(2, 1)
     saved = state.to_dict()
     assert saved == {"version": 4, "iterator": "train/sup", "epoch": 2, "step": 1, "seed": 0, "config": "cfg",
                      "view": "view", "batches": 2, "settings": None, "layout": {"ngpu": 1, "world_size": 1}}
-    assert LoaderState.from_dict(json.loads(json.dumps(saved))) == state
+    assert read_loader_state(json.loads(json.dumps(saved))) == state
     legacy = dict(saved, version=3)
     del legacy["layout"]  # versions 1 to 3 have no layout: their fingerprints hold it
-    assert LoaderState.of(fake_iterator(), 2, 1, version=3).to_dict() == legacy
-    older = LoaderState.from_dict(dict(legacy, version=2))  # versions 1 to 3 have the same keys
-    assert older.version == 2 and (older.epoch, older.step) == (2, 1) and older.layout is None
+    older = read_loader_state(dict(legacy, version=2))  # versions 1 to 3 have the same keys
+    assert older.scheme == LAYOUT and (older.epoch, older.step) == (2, 1) and older.layout is None
+    with pytest.raises(ValueError, match="only read, never saved"):
+        older.to_dict()
     with pytest.raises(ConfigError, match=r"^state: unknown keys layout; a loader state has version, iterator"):
-        LoaderState.from_dict(dict(saved, version=3))
+        read_loader_state(dict(saved, version=3))
     with pytest.raises(ConfigError, match=r"^state: missing keys layout$"):
-        LoaderState.from_dict(legacy | {"version": 4})
+        read_loader_state(legacy | {"version": 4})
     for layout, message in [({"ngpu": 1}, r"^state.layout: expected \{ngpu: N, world_size: W\}, got \{'ngpu': 1\}$"),
                             ({"ngpu": 1, "world_size": 0}, r"^state.layout.world_size: expected a positive integer")]:
         with pytest.raises(ConfigError, match=message):
-            LoaderState.from_dict(dict(saved, layout=layout))
+            read_loader_state(dict(saved, layout=layout))
 
 
 def test_run_state_nests_the_group_and_loader_states_and_round_trips_through_json():
@@ -104,8 +94,8 @@ def test_run_state_nests_the_group_and_loader_states_and_round_trips_through_jso
     assert set(saved["train"]) == {"version", "epoch", "step", "steps", "iterators"}
     assert set(saved["train"]["iterators"]["sup"]) == {"version", "iterator", "epoch", "step", "seed", "config",
                                                        "view", "batches", "settings", "layout"}
-    assert RunState.from_dict(saved) == state and (state.epoch, state.step, state.steps) == (2, 1, "shortest")
-    assert GroupState.from_dict(saved["train"]) == state.train
+    assert read_run_state(saved) == state and (state.epoch, state.step, state.steps) == (2, 1, "shortest")
+    assert read_group_state(saved["train"]) == state.train
 
 
 @pytest.mark.parametrize("change, message", [
@@ -138,7 +128,7 @@ def test_run_state_names_the_bad_key(change, message):
     saved = run_state().to_dict()
     change(saved)
     with pytest.raises(ConfigError) as error:
-        RunState.from_dict(saved, "--resume")
+        read_run_state(saved, "--resume")
     assert str(error.value).startswith(message)
 
 
@@ -150,36 +140,36 @@ def test_check_fits_says_what_differs():
     with pytest.raises(ConfigError, match=r"different run \(steps: saved 'shortest', now 'longest'\)$"):
         saved.check_fits(RunState(seed=0, config="other", train=longest), "--resume", "state.json")
     with pytest.raises(ConfigError, match="number of batches: saved 2, now 1"):
-        saved.train.iterators["sup"].check_fits(fake_iterator(batches=[["a"]]))
-    saved.train.iterators["sup"].check_fits(fake_iterator())
+        check_fits(saved.train.iterators["sup"], fake_iterator(batches=[["a"]]))
+    check_fits(saved.train.iterators["sup"], fake_iterator())
 
 
-def check_group(saved, steps=2):
-    """GroupState.check_fits against a one-iterator shortest group of ``steps`` steps per epoch."""
-    current = group_state(saved.epoch, saved.step)
-    saved.check_fits(current, {"sup": fake_iterator()}, steps, "state")
+def check_group(saved, steps=2, iterators=None):
+    """A GroupState's checks against a one-iterator shortest group of ``steps`` steps per epoch."""
+    saved.check_setup("shortest", iterators or {"sup": fake_iterator()}, "state")
+    saved.check_positions({"sup": (saved.epoch, saved.step)}, steps, "state")
 
 
 def test_group_state_refuses_iterator_positions_that_disagree_with_the_group():
     check_group(group_state())
-    bad = dataclasses.replace(group_state(), iterators={"sup": LoaderState.of(fake_iterator(), 2, 0)})
+    bad = dataclasses.replace(group_state(), iterators={"sup": fake_iterator().state_at(2, 0)})
     with pytest.raises(ConfigError, match=r"^state.iterators.sup: at epoch 2 step 0, but the group's epoch 2 "
                                           r"step 1 puts it at epoch 2 step 1$"):
         check_group(bad)
     with pytest.raises(ConfigError, match=r"^state.step: epoch 2 has 2 steps, got step 3$"):
         check_group(group_state(2, 3))
     with pytest.raises(ConfigError, match=r"^state.iterators: saved for iterators \['sup'\], this group has"):
-        group_state().check_fits(group_state(), {"unsup": fake_iterator()}, 2, "state")
+        check_group(group_state(), iterators={"unsup": fake_iterator()})
     with pytest.raises(ConfigError, match=r"^state.steps: saved with steps: longest, this group has shortest$"):
         check_group(dataclasses.replace(group_state(), steps="longest"))
     with pytest.raises(ConfigError, match=r"^state.iterators.sup: the state was saved with a different setup"):
-        group_state().check_fits(group_state(), {"sup": fake_iterator(seed=1)}, 2, "state")
+        check_group(group_state(), iterators={"sup": fake_iterator(seed=1)})
 
 
 def test_version_2_group_states_hold_the_groups_position_in_every_iterator():
-    old = group_state(version=2)
-    old.check_fits(dataclasses.replace(group_state(), iterators={"sup": LoaderState.of(fake_iterator(), 9, 0)}),
-                   {"sup": fake_iterator()}, 2, "state")  # the current positions do not matter
+    old = group_state(scheme=LAYOUT, own_positions=False)
+    old.check_setup("shortest", {"sup": fake_iterator()}, "state")
+    old.check_positions({"sup": (9, 0)}, 2, "state")  # the current positions do not matter
     bad = dataclasses.replace(old, step=0)
     with pytest.raises(ConfigError, match=r"^state.iterators.sup: at epoch 2 step 1, but the group's epoch 2 "
                                           r"step 0 puts it at epoch 2 step 0$"):
@@ -188,31 +178,29 @@ def test_version_2_group_states_hold_the_groups_position_in_every_iterator():
 
 def test_run_state_from_a_list_is_a_config_error():
     with pytest.raises(ConfigError, match="^--resume: expected a state dict, got list$"):
-        RunState.from_dict([1, 2], "--resume")
+        read_run_state([1, 2], "--resume")
 
 
 def test_step_past_the_end_of_the_epoch_is_refused():
-    state = LoaderState.of(fake_iterator(), 1, 3)  # the epoch has 2 batches
+    state = fake_iterator().state_at(1, 3)  # the epoch has 2 batches
     with pytest.raises(ConfigError, match=r"^state.step: epoch 1 has 2 steps, got step 3"):
-        state.check_fits(fake_iterator())
-    LoaderState.of(fake_iterator(), 1, 2).check_fits(fake_iterator())  # 2: the epoch is done
+        check_fits(state, fake_iterator())
+    check_fits(fake_iterator().state_at(1, 2), fake_iterator())  # 2: the epoch is done
 
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_flat_run_states_of_versions_1_and_2_still_load(version):
-    state = RunState.from_dict(flat_run_state(version))
-    assert state.version == state.train.version == version and state.steps is None
+    state = read_run_state(flat_run_state(version))
+    assert state.scheme == LAYOUT and not state.train.own_positions and state.steps is None
     assert (state.epoch, state.step) == (2, 1) and state.mode == "train"
     assert (state.settings is None) and state.train.iterators["sup"].settings is None
     check_group(state.train)
     state.check_fits(RunState(seed=0, config="run", train=group_state()), "--resume", "s.json")  # steps: not saved
-    state.train.iterators["sup"].check_fits(fake_iterator())
+    check_fits(state.train.iterators["sup"], fake_iterator())
     with pytest.raises(ConfigError, match=r"configuration: saved 'cfg', now 'other'"):  # no summary: the hashes
-        other = fake_iterator(summary={"batch_len": 1})
-        other.config_fingerprint = "other"
-        state.train.iterators["sup"].check_fits(other)
+        check_fits(state.train.iterators["sup"], fake_iterator(summary={"batch_len": 1}, config="other"))
     with pytest.raises(ConfigError, match=r"^--resume: unknown keys train; a run state has version, mode, epoch"):
-        RunState.from_dict(dict(flat_run_state(version), train={}), "--resume")
+        read_run_state(dict(flat_run_state(version), train={}), "--resume")
 
 
 def test_settings_summary_is_flat_small_and_readable():
@@ -266,7 +254,7 @@ def test_iterator_label():
 def test_unknown_keys_are_named_on_one_line():
     saved = dict(run_state().to_dict(), **{"a\nb": 1})
     with pytest.raises(ConfigError, match=r"^state: unknown keys 'a\\nb'; a run state has"):
-        RunState.from_dict(saved)
+        read_run_state(saved)
 
 
 def test_deeply_nested_state_file_is_a_config_error(tmp_path):

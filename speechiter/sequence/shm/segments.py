@@ -11,7 +11,7 @@ process: pid, start time, pid namespace; see NOTE [ Stale segments ] in
 stale.py, which reclaims those of crashed runs), so
 :meth:`SlotTable.close` can also remove segments it never heard of (a worker
 killed between creating a segment and reporting it) by listing /dev/shm
-after the workers have ended. See NOTE [ Shutdown order ] in pool_scheduler.py.
+after the workers have ended. See NOTE [ Shutdown order ] in scheduler.py.
 
 NOTE [ Segments of a killed main process ]
 The main process unlinks in every exit it lives through (an error, Ctrl-C,

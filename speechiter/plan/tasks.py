@@ -4,9 +4,10 @@ from typing import Optional
 
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
-from speechiter.iterator.view import BatchView
-from speechiter.plan import MAX_SEED
+from speechiter.plan.options import MAX_SEED
+from speechiter.plan.ordered import View
 from speechiter.seeding import batch_seed
+from speechiter.sequence.fetch import Task
 
 
 class EpochTasks(Sequence):
@@ -17,7 +18,7 @@ class EpochTasks(Sequence):
     when it is read makes a long epoch cost nothing to plan beyond its shuffle.
     """
 
-    def __init__(self, batches: BatchView, start: int, stop: int, seed: int, epoch: int, stream: int):
+    def __init__(self, batches: View, start: int, stop: int, seed: int, epoch: int, stream: int):
         self.batches, self.start, self.stop = batches, start, stop
         self.seed, self.epoch, self.stream = seed, epoch, stream
 
@@ -33,7 +34,6 @@ class EpochTasks(Sequence):
                               self.epoch, self.stream)
         if not -len(self) <= item < len(self):
             raise IndexError(item)
-        from speechiter.sequence import Task  # the engine package loads only when a plan is run
         position = self.start + item % len(self)
         return Task(position, self.batches[position], batch_seed(self.seed, self.epoch, position, self.stream))
 
@@ -56,7 +56,7 @@ def check_epoch(epoch) -> int:
 MIN_PLAN_LIMIT = 10_000_000
 
 
-def check_plan_size(batches_per_epoch: Optional[int], view: BatchView) -> None:
+def check_plan_size(batches_per_epoch: Optional[int], view: View) -> None:
     """Refuse a batches_per_epoch whose plan would not fit in memory.
 
     Each epoch's plan is built in memory (the seeded shuffle permutes all of

@@ -6,7 +6,7 @@ import numpy as np
 
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
-from speechiter.iterator.view import BatchView, distribute, make_divisible, padding_rows
+from speechiter.plan.view import BatchView, distribute, make_divisible, padding_rows
 
 
 def resolve_rank(distributed: bool, rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
@@ -32,7 +32,7 @@ _WARNED = set()  # (iterator name, ngpu, world size) already warned about, once 
 
 def share_view(view: BatchView, ngpu: int, rank: int, world_size: int, descending: bool, evaluation: bool,
                name: str) -> BatchView:
-    """This rank's view (see :func:`speechiter.iterator.view.distribute`); on rank 0, a warning
+    """This rank's view (see :func:`speechiter.plan.view.distribute`); on rank 0, a warning
     that says what a mismatch between ``ngpu`` and the world size costs."""
     if world_size > 1 and ngpu != world_size and rank == 0 and (name, ngpu, world_size) not in _WARNED:
         sizes = (make_divisible(view, ngpu) if ngpu > 1 else view).sizes()

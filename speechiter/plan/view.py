@@ -1,8 +1,8 @@
-"""The batching view: one type, :class:`BatchView`, and the steps that turn one view into another.
+"""The batching view: :class:`BatchView`, and the steps that turn one view into another.
 
     hook's batches --as_view--> BatchView (the base view) --distribute--> the iterator's view:
         global_batches (ngpu rule) --share_batches--> this rank's share
-    each epoch: the epoch's view --clip_batches--> --EpochShuffle (shuffle.py)--> the epoch's plan
+    each epoch: the epoch's view --clip_batches, EpochShuffle (ordered.py, shuffle.py)--> the epoch's plan
 
 A built-in ``batches_generate_fn`` (marked :func:`vectorised`) gets SortedIds
 and returns a BatchView; a subclass's own hook gets and returns plain lists.
@@ -24,7 +24,8 @@ class BatchView(Sequence):
     ``bounds`` (batch i is ``ids[bounds[i]:bounds[i + 1]]``). Reads as a
     list of lists of ids; compares equal to one. ``padding``: None, or one
     bool per id for rows that only pad a batch to the world size (see
-    :func:`eval_share`); :meth:`take` keeps it aligned."""
+    :func:`eval_share`). Reordered without a copy by
+    :func:`speechiter.plan.ordered.reorder`."""
 
     def __init__(self, ids: np.ndarray, bounds: np.ndarray, padding: Optional[np.ndarray] = None):
         self.ids = ids
@@ -62,14 +63,9 @@ class BatchView(Sequence):
     def sizes(self) -> np.ndarray:
         return np.diff(self.bounds)
 
-    def take(self, batches: np.ndarray) -> "BatchView":
-        """The batches at ``batches`` (indices, repeats allowed), in that order, as an OrderedView: no id
-        is copied (NOTE [ Lazy epoch plans ] in ordered.py)."""
-        from speechiter.iterator.ordered import OrderedView  # ordered.py subclasses BatchView
-        return OrderedView(self, batches)
-
     def gather(self, batches: np.ndarray) -> "BatchView":
-        """:meth:`take` with the ids (and padding) copied into fresh arrays."""
+        """The batches at ``batches`` (indices, repeats allowed), in that order, with the ids (and padding)
+        copied into fresh arrays (:func:`speechiter.plan.ordered.reorder` copies nothing)."""
         batches = np.asarray(batches, dtype=np.int64)
         sizes = self.sizes()[batches]
         bounds = np.zeros(len(batches) + 1, dtype=np.int64)
@@ -125,6 +121,13 @@ def is_vectorised(iterator) -> bool:
     return bool(getattr(type(iterator).batches_generate_fn, "vectorised", False))
 
 
+def cacheable(fn: Callable) -> Callable:
+    """Mark a ``batches_generate_fn`` whose view is a pure function of its inputs (the sorted ids and
+    lengths, its options, ngpu), so the plan cache may keep it (speechiter/index/views.py)."""
+    fn.cacheable = True
+    return fn
+
+
 def lengths_of(data_index: Sequence, data_len: Dict[str, float]) -> np.ndarray:
     """The lengths of ``data_index`` as float64 (from SortedIds when it has them)."""
     if isinstance(data_index, SortedIds) and data_index.lengths is not None:
@@ -144,20 +147,6 @@ def batches_from_bounds(data_index: Sequence, bounds: np.ndarray) -> Batches:
 
 
 # ------------------------------------------------------------ view steps
-
-
-def clip_batches(view: BatchView, batches_per_epoch: Optional[int], epoch: int) -> BatchView:
-    """SpeeChain's cursor rule.
-
-    The clip of epoch e starts at ``(batches_per_epoch * (e - 1)) % len(view)``
-    and takes ``batches_per_epoch`` batches, wrapping around to the start as
-    often as needed. So consecutive epochs walk through the whole view.
-    """
-    total = len(view)
-    if batches_per_epoch is None or batches_per_epoch == total:
-        return view
-    cursor = (batches_per_epoch * (epoch - 1)) % total
-    return view.take((cursor + np.arange(batches_per_epoch)) % total)
 
 
 def make_divisible(view: BatchView, ngpu: int) -> BatchView:

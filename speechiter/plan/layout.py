@@ -1,4 +1,4 @@
-"""Elastic resume: the rest of an epoch that a run of another layout (ranks, ngpu) began.
+"""Layouts, and elastic resume: the rest of an epoch that a run of another layout (ranks, ngpu) began.
 
 # NOTE [ Elastic resume ]
 A layout is where the batches go, not what they are: ``ngpu`` (the ngpu rule
@@ -9,7 +9,7 @@ shared among the ranks). A run of layout L plans an epoch in three steps:
     --clip_batches, EpochShuffle--> the epoch's global plan --share_batches(rank of L)--> this rank's plan
 
 (``global_batches`` is the ngpu rule and, for evaluation, the merge of batches
-smaller than the ranks; see speechiter/iterator/view.py). Sharing batch by
+smaller than the ranks; see speechiter/plan/view.py). Sharing batch by
 batch commutes with the clip and the shuffle, so this is the plan a rank
 always ran. A state saves the base view's fingerprint and the layout of its
 epoch; the layout may change on resume, the base view may not.
@@ -25,13 +25,15 @@ utterance of epoch E is loaded exactly once (apart from those repeats), and a
 state saved during E records L0, from E+1 on L1. When L0 == L1 nothing
 changes. An iterator with its own ``epoch_view`` (a list hook) cannot say what
 its global batches are, so its states resume on the same layout only.
+An epoch continues through EpochPlanner.continue_from (speechiter/plan/epochs.py),
+which returns a new planner or raises.
 """
 import dataclasses
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
-from speechiter.iterator.view import BatchView
+from speechiter.plan.view import BatchView
 
 KEY_NGPU = "ngpu"
 KEY_WORLD_SIZE = "world_size"
@@ -67,10 +69,3 @@ class ContinuedEpoch:
     layout: Layout
     global_view: BatchView
 
-
-def check_continuable(iterator, layout: Optional[Layout]) -> None:
-    """Refuse a layout change for an iterator whose global batches are unknown (see NOTE [ Elastic resume ])."""
-    if layout is not None and layout != iterator.layout and iterator.own_epoch_view():
-        raise ConfigError("state.layout", f"{iterator.name}: {type(iterator).__name__} has its own epoch_view, so "
-                                          f"its state resumes on the layout it was saved with ({layout}), "
-                                          f"not on {iterator.layout}")

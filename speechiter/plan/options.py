@@ -1,27 +1,28 @@
-"""BatchPlan: the options that decide an Iterator's batches, as one frozen value.
+"""BatchOptions: the options that decide an Iterator's batches, as one frozen value.
 
-An Iterator (speechiter/iterator/abs.py) holds a :class:`BatchPlan`, what its
-batches are, and a :class:`speechiter.engine.EngineSettings`, how they are
+An Iterator (speechiter/iterator/abs.py) holds a :class:`BatchOptions`, what
+its batches are, and a :class:`speechiter.engine.EngineSettings`, how they are
 loaded. A resume may change the second, never the first (see
-speechiter/state.py), so the plan's fingerprint and the readable summary that
-says what changed come from the plan's declared fields.
+speechiter/state.py), so the options' fingerprint and the readable summary
+that says what changed come from their declared fields.
 
-# NOTE [ Plan fingerprint ]
-Every field of :class:`BatchPlan` counts in its fingerprint and summary unless
-the field's ``fingerprint`` metadata says otherwise, so a plan option added
+# NOTE [ Options fingerprint ]
+Every field of :class:`BatchOptions` counts in its fingerprint and summary
+unless the field's ``fingerprint`` metadata says otherwise, so an option added
 here is checked on resume with no other code:
 
 - ``False``: the state saves and checks it under a key of its own (``seed``;
   ``name``, the state's ``iterator``);
-- a predicate of the plan: the field counts only where it is true. An option
-  added later takes one that is false at its default, so that states saved
-  before the option existed still fit.
+- a predicate of the options: the field counts only where it is true. An
+  option added later takes one that is false at its default, so that states
+  saved before the option existed still fit (tests/state/test_state_fixtures.py
+  resumes real states of every version).
 
 The layout (``ngpu``, ``rank``, ``world_size``) does not count: a state saves
 the layout of its epoch under ``layout``, and a resume may change it (see
-speechiter/iterator/elastic.py). States of versions 1 to 3 hold the legacy
-fingerprint, where it counted: a field's ``legacy`` metadata, when present,
-says how it counted there (``settings(legacy=True)``).
+speechiter/plan/layout.py). States of versions 1 to 3 hold fingerprints of
+their own, which speechiter/state_versions.py computes from a fixed list of
+fields, so no option added here changes them.
 
 The fields' order is the summary's order (settings_summary turns what is past
 its size limit into a digest); the values are the checked options, JSON-able.
@@ -42,18 +43,16 @@ MAX_SEED = 2 ** 31 - 1
 Files = Union[str, List[str]]
 
 
-Counts = Union[bool, Callable[["BatchPlan"], bool]]
+Counts = Union[bool, Callable[["BatchOptions"], bool]]
 
 
-def _option(default: Any, counts: Counts, legacy: Optional[Counts] = None):
-    """A field that counts in the fingerprint as ``counts`` says, and in the legacy one (states of versions
-    1 to 3) as ``legacy`` says when given (see NOTE [ Plan fingerprint ])."""
-    metadata = {"fingerprint": counts} if legacy is None else {"fingerprint": counts, "legacy": legacy}
-    return dataclasses.field(default=default, metadata=metadata)
+def _option(default: Any, counts: Counts):
+    """A field that counts in the fingerprint as ``counts`` says (see NOTE [ Options fingerprint ])."""
+    return dataclasses.field(default=default, metadata={"fingerprint": counts})
 
 
 @dataclasses.dataclass(frozen=True)
-class BatchPlan:
+class BatchOptions:
     """What decides an Iterator's batches: its keyword arguments of the same
     names (see speechiter.iterator.abs.Iterator), checked. Invalid values
     raise a ConfigError naming the option."""
@@ -66,12 +65,11 @@ class BatchPlan:
     group_info: Optional[Dict[str, Files]] = None
     is_descending: Optional[bool] = True
     shuffle: bool = True
-    ngpu: int = _option(1, False, legacy=True)
-    rank: int = _option(0, False, legacy=True)
-    world_size: int = _option(1, False, legacy=True)
+    ngpu: int = _option(1, False)
+    rank: int = _option(0, False)
+    world_size: int = _option(1, False)
     iter_conf: Dict[str, Any] = dataclasses.field(default_factory=dict)  # batches_generate_fn's options
-    evaluation: bool = _option(False, lambda plan: plan.evaluation,
-                               legacy=lambda plan: plan.evaluation and plan.world_size > 1)
+    evaluation: bool = _option(False, lambda options: options.evaluation)
     seed: int = _option(0, False)
     name: str = _option("", False)  # names the iterator in reports and its random stream
 
@@ -93,31 +91,31 @@ class BatchPlan:
 
     @property
     def stream(self) -> int:
-        """The random stream of this plan's batches (see speechiter.seeding.batch_seed):
-        apart per iterator name, and per rank."""
+        """The random stream of these batches (see speechiter.seeding.batch_seed): apart per iterator name,
+        and per rank."""
         return stream_id(self.name) + self.rank
 
-    def settings(self, legacy: bool = False) -> Dict[str, Any]:
-        """``{field: value}`` of the fields that count (see NOTE [ Plan fingerprint ]); ``legacy``: those
-        of states of versions 1 to 3."""
+    @property
+    def descending(self) -> bool:
+        """Whether the view runs longest first (the rank share's order; unsorted counts as descending)."""
+        return self.is_descending is not False
+
+    def settings(self) -> Dict[str, Any]:
+        """``{field: value}`` of the fields that count (see NOTE [ Options fingerprint ])."""
         settings = {}
         for field in dataclasses.fields(self):
             counts = field.metadata.get("fingerprint", True)
-            if legacy:
-                counts = field.metadata.get("legacy", counts)
-            if callable(counts):
-                counts = counts(self)
-            if counts:
+            if counts if not callable(counts) else counts(self):
                 settings[field.name] = getattr(self, field.name)
         return settings
 
-    def fingerprint(self, legacy: bool = False) -> str:
+    def fingerprint(self) -> str:
         """A short digest of :meth:`settings`, saved in states and compared on resume."""
-        return fingerprint(self.settings(legacy))
+        return fingerprint(self.settings())
 
-    def summary(self, legacy: bool = False) -> Dict[str, Any]:
-        """:meth:`settings`, readable: what a state says changed (see speechiter.state.settings_summary)."""
-        return settings_summary(self.settings(legacy))
+    def summary(self) -> Dict[str, Any]:
+        """:meth:`settings`, readable: what a state says changed (see speechiter.fingerprints.settings_summary)."""
+        return settings_summary(self.settings())
 
 
 def qualified_name(cls: type) -> str:
