@@ -10,7 +10,7 @@ from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.iterator.block import BlockIterator
 from speechiter.sequence import shm
 
-pytestmark = pytest.mark.cuda
+pytestmark = [pytest.mark.cuda, pytest.mark.slow]  # GPU, and loading worker processes
 GPU_TOLERANCE = 2e-3  # log-mel units: cuFFT and cuBLAS against MKL (see the handbook)
 
 
