@@ -46,19 +46,18 @@ def read_speech(value: str, sample_rate: Optional[int],
     would resample them along the wrong axis). Anything else is
     :func:`speechiter.io.read.read_feat`.
     """
-    file, key = split_chunk_key(value)
-    if key is not None or not file.lower().endswith(".npz"):
+    if not value.lower().endswith(".npz") or split_chunk_key(value)[1] is not None:
         return read_feat(value, sample_rate, allow_commands), None
-    check_data_file(file)
-    rate = npz_sample_rate(file)
+    check_data_file(value)
+    rate = npz_sample_rate(value)
     if rate is None:
         return read_feat(value, sample_rate, allow_commands), None
-    feat = read_feat(f"{file}:feat")
+    feat = read_feat(f"{value}:feat")
     if feat.shape[0] == 0:
-        raise DataError(f"{file}: feat has no frames")
+        raise DataError(f"{value}: feat has no frames")
     if sample_rate is not None and rate != int(sample_rate):
         if feat.shape[1] != 1:
-            raise DataError(f"{file}: features extracted at {rate} Hz, but the dataset's sample_rate is "
+            raise DataError(f"{value}: features extracted at {rate} Hz, but the dataset's sample_rate is "
                             f"{int(sample_rate)} (set sample_rate: {rate}, or null to take each file's rate)")
         feat = resample(feat, rate, int(sample_rate))
     return feat, rate

@@ -30,13 +30,14 @@ def read_audio(file: str, time_range: Optional[TimeRange] = None) -> Tuple[np.nd
     """``(float32 (T, C), sample_rate)`` of the audio ``file`` (a path or URL),
     or of ``time_range`` of it. Raises DataError naming the file for audio
     with no frames or one that disagrees with its header."""
-    if is_url(file):
+    url = is_url(file)
+    if url:
         x, rate = read_url_audio(file, range_select(time_range, redact(file)), time_range is None)
     else:
         x, rate = decode_file(file, None if time_range is None else range_select(time_range, file))
     if x.shape[0] == 0:
         raise DataError(f"{redact(file)}: audio has no frames")
-    if time_range is None and not is_url(file):  # whole local files only: a range reads part of one
+    if time_range is None and not url:  # whole local files only: a range reads part of one
         check_decoded(file, x.shape[0])
     return x, rate
 

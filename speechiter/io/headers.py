@@ -13,7 +13,6 @@ Streamed files, whose headers leave sizes out (0 or a placeholder), pass.
 from __future__ import annotations
 
 import io
-import os
 from typing import Optional
 
 from speechiter.errors import DataError
@@ -33,22 +32,22 @@ def check_decoded(file: str, num_frames: int) -> None:
     the header that gave them disagree with the file's WAV or FLAC header;
     other formats pass."""
     with open(file, "rb", buffering=0) as f:
-        problem = _problem(f, os.fstat(f.fileno()).st_size, num_frames)
+        problem = _problem(f, num_frames)
     if problem:
         raise DataError(f"{file}: {problem}")
 
 
 def check_decoded_bytes(data: bytes, where: str, num_frames: int) -> None:
     """:func:`check_decoded` of an audio file held in memory (``where`` names it)."""
-    problem = _problem(io.BytesIO(data), len(data), num_frames)
+    problem = _problem(io.BytesIO(data), num_frames)
     if problem:
         raise DataError(f"{where}: {problem}")
 
 
-def _problem(f, size: int, num_frames: int) -> Optional[str]:
+def _problem(f, num_frames: int) -> Optional[str]:
     head = f.read(_HEAD)
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        return _wav_problem(_Bytes(f, head), size, num_frames)
+        return _wav_problem(_Bytes(f, head), num_frames)
     if head[:4] == b"fLaC":
         return _flac_problem(_Bytes(f, head), num_frames)
     return None
@@ -67,15 +66,19 @@ class _Bytes:
         self.f.seek(pos)
         return self.f.read(n)
 
+    def size(self) -> int:
+        """The file's size in bytes (asked only for an error message: no stat per file read)."""
+        return self.f.seek(0, io.SEEK_END)
 
-def _wav_problem(data: _Bytes, size: int, num_frames: int) -> Optional[str]:
+
+def _wav_problem(data: _Bytes, num_frames: int) -> Optional[str]:
     header = read_wav_header(data.at)
     if header is None or not header.sized:
         return None
     promised = header.frames
     if promised > num_frames:
         return (f"truncated WAV: its header gives {promised} frames ({header.data_size} bytes of data) but "
-                f"only {num_frames} were decoded ({size - header.offset} bytes are left in the file)")
+                f"only {num_frames} were decoded ({data.size() - header.offset} bytes are left in the file)")
     return None
 
 

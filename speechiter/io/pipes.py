@@ -80,7 +80,7 @@ class Pipe:
 def is_piped(value: str) -> bool:
     """Whether a wav.scp / idx2wav value is a piped command: ``cmd ... |``,
     also with a ``#t=`` suffix after the ``|`` (a segment of its output)."""
-    return split_piped_value(value.rstrip()) is not None
+    return "|" in value and split_piped_value(value.rstrip()) is not None
 
 
 def split_piped_value(value: str) -> Optional[Tuple[str, str]]:

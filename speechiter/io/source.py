@@ -115,11 +115,13 @@ def parse_source(value: str) -> Source:
         time_range = split_time_range(f"{command}{suffix}")[1] if suffix else None
         pipe = parse_pipe(command)
         return Source(pipe.file if pipe.native else pipe.command, time_range=time_range, pipe=pipe)
-    rest, time_range = split_time_range(value)
-    rest, byte_range = split_byte_range(rest)
-    rest, row = split_row(rest)
-    if row is not None and byte_range is not None:
-        raise DataError(f"{value}: a value names a byte range or a Parquet row, not both")
+    rest, time_range, byte_range, row = value, None, None, None
+    if "#" in value:  # every suffix below starts with one: most values (plain paths) skip them
+        rest, time_range = split_time_range(value)
+        rest, byte_range = split_byte_range(rest)
+        rest, row = split_row(rest)
+        if row is not None and byte_range is not None:
+            raise DataError(f"{value}: a value names a byte range or a Parquet row, not both")
     file, key = split_chunk_key(rest)
     return Source(file, key, time_range, byte_range, row=row)
 
