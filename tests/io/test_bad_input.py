@@ -1,6 +1,7 @@
 """Bad data files get one clear DataError naming the file and the utterance:
 non-regular files, headers that disagree with the audio, batches that cannot
 be collated, selections that leave nothing, impossible lengths (issue 14)."""
+import io
 import os
 import socket
 from pathlib import Path
@@ -11,7 +12,9 @@ import soundfile as sf
 
 from speechiter.io import flac
 from speechiter.io.audio import audio_info
+from speechiter.io.headers import check_decoded_bytes
 from speechiter.io.read import read_feat
+from speechiter.io.wav import read_wav_header
 from speechiter.build import build_iterators
 from speechiter.config import load_config
 from speechiter.dataset.abs import Dataset
@@ -160,11 +163,21 @@ def test_a_wav_shorter_than_its_header_says_is_an_error(corpus):
     data = path.read_bytes()
     path.write_bytes(data[:len(data) - 2 * (frames // 3)])  # 16-bit mono: lose a third of the samples
     assert sf.read(path)[0].shape[0] == frames - frames // 3  # libsndfile reads it silently
+    left = path.stat().st_size - read_wav_header(lambda pos, n: data[pos:pos + n]).offset
     dataset = SpeechTextDataset(main_data={"feat": str(corpus / "idx2wav")})
     with pytest.raises(DataError, match=rf"^utterance {uid} \(feat from .*idx2wav\): {path}: truncated WAV: its "
                                         rf"header gives {frames} frames .* but only {frames - frames // 3} were "
-                                        r"decoded"):
+                                        rf"decoded \({left} bytes are left in the file\)"):
         dataset.get_batch([uid])
+
+
+def test_a_truncated_wav_held_in_memory_says_how_many_bytes_are_left():
+    buffer = io.BytesIO()
+    sf.write(buffer, np.zeros(1000, dtype=np.int16), 16000, format="WAV", subtype="PCM_16")
+    data = buffer.getvalue()[:-200]  # 100 frames short
+    with pytest.raises(DataError, match=r"^p\.pack#bytes=0-9: truncated WAV: its header gives 1000 frames \(2000 "
+                                        r"bytes of data\) but only 900 were decoded \(1800 bytes are left"):
+        check_decoded_bytes(data, "p.pack#bytes=0-9", 900)
 
 
 @pytest.mark.parametrize("placeholder", [0xFFFFFFFF, 0x7FFFF000])
