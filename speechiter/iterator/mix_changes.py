@@ -74,7 +74,7 @@ def _mix_only(mix, saved: MixState) -> bool:
     """Whether only the mix's own settings changed: its name, seed and type are the same, and so is every
     corpus it kept."""
     before, now = saved.settings or {}, mix.configuration(saved.scheme)[1] or {}
-    if (saved.iterator, saved.seed, before.get("type")) != (mix.name, mix.seed, now.get("type", before.get("type"))):
+    if (saved.iterator, saved.seed) != (mix.name, mix.seed) or before.get("type", now.get("type")) != now.get("type"):
         return False
     return not any(setup_differences(saved.corpora[name], mix.iterators[name])
                    for name in mix.names if name in saved.corpora)

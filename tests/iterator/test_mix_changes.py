@@ -288,6 +288,10 @@ def test_a_saved_schedule_start_is_checked(corpora):
     for change, message in cases:
         with pytest.raises(ConfigError, match=message):
             mix.build_loader().load_state_dict({**saved, **change})
+    unsaid = {key: value for key, value in state.items() if key != "settings"}  # an older or edited summary
+    with pytest.raises(ConfigError, match=r"^state.settings: does not say the saved mix's schedule \(batches_per_"
+                                          r"epoch and weights\), so the state cannot resume under a changed mix$"):
+        mix.build_loader().load_state_dict(unsaid, allow_changes=["mix"])
     lone = dict(saved["sources"]["c0"], schedule_start=saved["schedule_start"])
     with pytest.raises(ConfigError, match=r"^state.schedule_start: only a mix's state \(with sources\) has one$"):
         corpora["c0"].build_loader().load_state_dict(lone)
