@@ -49,11 +49,15 @@ def corpus_entry(root: Path, batch_size: int) -> dict:
                  data_len=str(root / "idx2len"), batch_size=batch_size)
 
 
-def write_mix(folder: Path, name: str, weights: dict, batches_per_epoch: int) -> Path:
+def write_mix(folder: Path, name: str, weights: dict, batches_per_epoch: int, group: bool = False) -> Path:
+    """A recipe whose train group is a mix of corpora a, b, c (``weights`` names them), or, with ``group``, a
+    group of that mix (``sup``) and corpus b (``unsup``)."""
     corpora = {"a": (folder / "a", 3), "b": (folder / "b", 2), "c": (folder / "c", 1)}
     train = {"type": "mix.MixIterator", "conf": {
         "batches_per_epoch": batches_per_epoch, "weights": weights,
         "iterators": {key: corpus_entry(*corpora[key]) for key in weights}}}
+    if group:
+        train = {"sup": train, "unsup": corpus_entry(folder / "b", 1)}
     valid = entry(folder / "c", "abs.Iterator", data={"text": str(folder / "c" / "idx2text")}, data_len=False,
                   batch_size=5, shuffle=False)
     return write_recipe(folder / name, folder / "a", train=train, valid=valid)
@@ -141,6 +145,25 @@ def test_a_second_resume_of_the_changed_run_is_exact(runs):
     first = next(i for i, r in enumerate(after) if (r["epoch"], r["step"]) == (saved["train"]["epoch"],
                                                                                 saved["train"]["step"] + 1))
     assert train_steps(read_dump(folder / "rest2.jsonl")) == after[first:]
+
+
+def test_a_changed_mix_of_a_group_resumes_from_the_command_line(runs):
+    folder = runs[0]
+    old = write_mix(folder, "group-old.yaml", {"a": 0.7, "b": 0.3}, 9, group=True)
+    new = write_mix(folder, "group-new.yaml", {"a": 0.2, "b": 0.3, "c": 0.5}, 9, group=True)
+    common = ("--num_workers", 0, "--quiet")
+    first = run_cli("--data_cfg", old, "--epochs", 1, "--save_state", folder / "group.json", *common)
+    assert first.code == 0, first.err
+    resumed = run_cli("--data_cfg", new, "--epochs", 2, "--resume", folder / "group.json", "--resume_changes", "mix",
+                      "--dump_batches", folder / "group.jsonl", *common)
+    assert resumed.code == 0, resumed.err
+    lines = [line for line in resumed.err.splitlines() if line.startswith("speechiter: resume: ")]
+    assert lines[0].startswith('speechiter: resume: train/sup: the mix changed (weights.a: saved "7/10", now "1/5"; '
+                               'added c); its new schedule starts after step 0 of epoch 2') and len(lines) == 4
+    assert lines[-1] == "speechiter: resume: train/sup/c: added, starts at its epoch 1"
+    records = train_steps(read_dump(folder / "group.jsonl"))
+    sources = [r["source"] for r in records if r["iterator"] == "sup"]
+    assert len(sources) == 7 and sources.count("c") == 4  # shortest: unsup's 7 steps; 0.5 of them to c, rounded
 
 
 def test_resume_changes_needs_resume(runs):
