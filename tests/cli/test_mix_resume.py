@@ -14,26 +14,9 @@ import pytest
 import speechiter
 from tests.inprocess import run_cli
 from tests.recipes import entry, write_recipe
+from tests.state.test_group import STOPPER_MODULE  # a dataset that dies at its $STOP_AFTER-th utterance
 
 REPO = Path(__file__).resolve().parents[2]
-
-STOPPER_MODULE = '''
-import os
-
-from speechiter.dataset.speech_text import SpeechTextDataset
-
-LOADED = [0]
-
-
-class StopAfter(SpeechTextDataset):
-    """Fails on its $STOP_AFTER-th utterance of the process: the run dies there, as if killed."""
-
-    def extract_main_data_fn(self, main_data):
-        LOADED[0] += 1
-        if LOADED[0] == int(os.environ.get("STOP_AFTER", "0")):
-            raise RuntimeError("stopped here")
-        return super().extract_main_data_fn(main_data)
-'''
 
 
 def write_corpus(root: Path, prefix: str, num: int) -> Path:

@@ -194,7 +194,8 @@ def test_the_resumed_state_records_where_the_schedule_started(corpora):
         "epoch": 2, "step": 3, "epoch_steps": 9, "counts": {"c0": (own["epoch"] - 1) * 5 + own["step"], "c2": 0}}
     assert set(saved["sources"]) == {"c0", "c2"} and "schedule_start" not in state  # a mix never changed has none
     for bad, message in [((2, 2), r"^build_loader: the mix's schedule started after epoch 2 step 3 \(a resume "
-                                   r"under a changed mix\), so its earlier steps cannot be planned: got epoch 2 step 3$"),
+                                   r"under a changed mix\), so its earlier steps cannot be planned: got epoch 2 "
+                                   r"step 3$"),
                          ((1, 0), r"^build_loader: .* got epoch 1 step 1$")]:
         early = mix.build_loader(*bad, prefetch_next=False)  # a loader may be built there, to load a state
         with pytest.raises(ConfigError, match=message):

@@ -1,4 +1,5 @@
-"""The benchmark tools at tiny sizes, and tools/bench.py's segment corpus: the same audio as the files it was cut from."""
+"""The benchmark tools at tiny sizes, and tools/bench.py's segment corpus: the same audio as the files it was
+cut from, sample for sample."""
 import numpy as np
 import pytest
 
