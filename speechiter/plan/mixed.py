@@ -72,24 +72,26 @@ class MixPlanner:
         start = self.start
         return start.epoch_steps if start is not None and epoch == start.epoch else len(self)
 
-    def scheduled(self, epoch: int, step: int) -> int:
+    def scheduled(self, epoch: int, step: int) -> Optional[int]:
         """The schedule's steps done when ``step`` steps of ``epoch`` are: the global step, or the steps since
-        the schedule's start (negative before it; NOTE [ Changed mix ])."""
+        the schedule's start; None before it (an earlier schedule's; NOTE [ Changed mix ])."""
         start = self.start
         if start is None:
             return (epoch - 1) * len(self) + step
+        if (epoch, step) < (start.epoch, start.step):
+            return None
         if epoch == start.epoch:
             return step - start.step
-        if epoch < start.epoch:
-            return -1 - start.step
         return start.epoch_steps - start.step + (epoch - start.epoch - 1) * len(self) + step
 
-    def check_planned(self, epoch: int, done: int, where: str, step: int) -> None:
-        """A ConfigError unless ``done`` steps of ``epoch`` are at or after the schedule's start (``step``: the
-        step asked for)."""
-        if self.scheduled(epoch, done) < 0:
+    def check_planned(self, epoch: int, done: int, where: str, step: int) -> int:
+        """The schedule's steps done when ``done`` steps of ``epoch`` are, else (before its start) a ConfigError
+        (``step``: the step asked for)."""
+        scheduled = self.scheduled(epoch, done)
+        if scheduled is None:
             raise ConfigError(where, f"the mix's schedule started after {self.start} (a resume under a changed "
                                      f"mix), so its earlier steps cannot be planned: got epoch {epoch} step {step}")
+        return scheduled
 
     def with_start(self, start: Optional[ScheduleStart]) -> "MixPlanner":
         """This planner with its schedule started at ``start``."""
@@ -108,13 +110,11 @@ class MixPlanner:
 
     def corpus_of(self, epoch: int, step: int) -> str:
         """The corpus of step ``step`` (from 1) of ``epoch``."""
-        self.check_planned(epoch, step - 1, "source_of", step)
-        return self.names[self.schedule.source(self.scheduled(epoch, step - 1))]
+        return self.names[self.schedule.source(self.check_planned(epoch, step - 1, "source_of", step))]
 
     def own_positions(self, epoch: int, step: int) -> Dict[str, Tuple[int, int]]:
         """``{corpus: (its own epoch, its steps of it done)}`` once ``step`` steps of mixed ``epoch`` are done."""
-        self.check_planned(epoch, step, "state", step)
-        counts = self.schedule.counts(self.scheduled(epoch, step))
+        counts = self.schedule.counts(self.check_planned(epoch, step, "state", step))
         return {name: stream_position(before + count, size)
                 for name, before, count, size in zip(self.names, self._counts, counts, self.sizes)}
 
@@ -159,7 +159,6 @@ class MixedPlan:
 
     def __init__(self, planner: MixPlanner, epoch: int):
         self.planner, self.epoch = planner, epoch
-        self.first = planner.scheduled(epoch, 0)  # the schedule's step of position 0 (NOTE [ Changed mix ])
         self._located: Dict[int, Tuple[int, int, int]] = {}  # the task, ids and padding ask for each position
 
     def __len__(self):
@@ -169,9 +168,9 @@ class MixedPlan:
         """``(corpus, its own epoch, its own step)`` of the batch at ``position`` of this epoch."""
         located = self._located.get(position)
         if located is None:
-            if self.first + position < 0:
-                self.planner.check_planned(self.epoch, position, "build_loader", position + 1)
-            corpus, consumed = self.planner.own_count(self.first + position)
+            # the schedule's step of this position (See NOTE [ Changed mix ])
+            scheduled = self.planner.check_planned(self.epoch, position, "build_loader", position + 1)
+            corpus, consumed = self.planner.own_count(scheduled)
             located = (corpus, *stream_position(consumed, self.planner.sizes[corpus]))
             if len(self._located) >= LOCATED_KEPT:
                 self._located.clear()
@@ -200,7 +199,7 @@ class MixedPlan:
         """Utterances of every batch of the epoch (0 for the steps of an earlier schedule: NOTE [ Changed mix ])."""
         sizes = []
         for position in range(len(self)):
-            if self.first + position < 0:
+            if self.planner.scheduled(self.epoch, position) is None:
                 sizes.append(0)
                 continue
             corpus, tasks, step = self.own_tasks(position)

@@ -196,7 +196,8 @@ def test_the_resumed_state_records_where_the_schedule_started(corpora):
     for bad, message in [((2, 2), r"^build_loader: the mix's schedule started after epoch 2 step 3 \(a resume "
                                    r"under a changed mix\), so its earlier steps cannot be planned: got epoch 2 "
                                    r"step 3$"),
-                         ((1, 0), r"^build_loader: .* got epoch 1 step 1$")]:
+                         ((1, 0), r"^build_loader: .* got epoch 1 step 1$"),
+                         ((1, 5), r"^build_loader: .* got epoch 1 step 6$")]:
         early = mix.build_loader(*bad, prefetch_next=False)  # a loader may be built there, to load a state
         with pytest.raises(ConfigError, match=message):
             next(iter(early))
@@ -208,6 +209,7 @@ def test_the_resumed_state_records_where_the_schedule_started(corpora):
         mix.source_of(2, 3)
     assert mix.source_of(2, 4) in ("c0", "c2")
     assert mix.planner.plan(2).sizes()[:3].tolist() == [0, 0, 0]  # an earlier schedule's steps count nothing
+    assert (mix.planner.plan(2).sizes()[3:] > 0).all() and not mix.planner.plan(1).sizes().any()
     mix.close()
 
 
