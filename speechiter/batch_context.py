@@ -14,15 +14,18 @@ process), what its code needs beyond the ids travels in one record,
 - ``allocator``: where ``batch_empty`` carves the padded arrays (the slot the
   batch will travel in; set around the build by a process worker, see
   speechiter/batch_memory.py);
-- ``reads``: the storage reads started for the batch's URL values (see
-  NOTE [ Reading a batch's URLs together ] in dataset/prefetch.py);
-- ``byte_reads``: the coalesced reads of the batch's byte-range values (see
-  NOTE [ Coalesced reads ] in speechiter/io/coalesce.py);
-- ``decoded``: the files decoded for the batch, kept for its other views
-  (see NOTE [ Views ] in dataset/augment/views.py);
+- ``reads``: the reads started for the batch (a
+  :class:`speechiter.io.coalesce.StartedReads`): its URL values' reads (see
+  NOTE [ Reading a batch's URLs together ] in dataset/prefetch.py) or its
+  byte-range values' coalesced reads (see NOTE [ Coalesced reads ] in
+  speechiter/io/coalesce.py);
 - ``expected_lengths``: ``(LengthMap, files)`` of the waveform length file the
   decoded audio is checked against, set by the reader the engine builds with
   (see NOTE [ Length files are checked ] in dataset/length_check.py).
+
+The record holds what crosses modules only: what one module keeps for
+itself while a batch is built (the files decoded once for a batch's views,
+dataset/augment/views.py) stays in that module, per thread.
 
 There is one record per thread, because thread workers build batches side by
 side; whoever sets a field puts the previous value back when the batch is
@@ -38,8 +41,7 @@ __all__ = ["BatchContext", "current_batch"]
 class BatchContext:
     """What the batch being built in this thread needs (see NOTE [ Batch context ])."""
 
-    __slots__ = ("seed", "generator", "py_random", "np_random", "allocator", "reads", "byte_reads",
-                 "expected_lengths", "decoded")
+    __slots__ = ("seed", "generator", "py_random", "np_random", "allocator", "reads", "expected_lengths")
 
     def __init__(self):
         self.seed: Optional[int] = None
@@ -47,10 +49,8 @@ class BatchContext:
         self.py_random: Any = None  # random.Random, in isolated threads
         self.np_random: Any = None  # numpy RandomState, in isolated threads
         self.allocator: Any = None  # speechiter.batch_memory.BatchAllocator
-        self.reads: Optional[dict] = None  # {value: [Future, ...]}
-        self.byte_reads: Any = None  # speechiter.io.coalesce.BatchReads
+        self.reads: Any = None  # speechiter.io.coalesce.StartedReads
         self.expected_lengths: Optional[tuple] = None  # (LengthMap, files)
-        self.decoded: Optional[dict] = None  # {value: decoded}, for views
 
     def __repr__(self):
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__

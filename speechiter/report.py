@@ -23,7 +23,7 @@ class IteratorStats:
         self.batches_per_epoch = len(iterator)
         corpora = corpora_of(iterator)
         self.data_roots = sorted({root for corpus in corpora.values() if corpus is not None
-                                  for root in data_roots(getattr(corpus.dataset, "sources", {}))})
+                                  for root in data_roots(corpus.dataset.main_data_files)})
         # {batch.source: (sample rate, seconds of audio per feature frame)}: a mix's corpora may differ
         self.units = {source: _units(corpus.dataset) for source, corpus in corpora.items() if corpus is not None}
         self.steps = 0
@@ -164,10 +164,10 @@ def _units(dataset):
     return getattr(dataset, "sample_rate", None), frame_s
 
 
-def data_roots(sources: Dict[str, List[str]]) -> List[str]:
+def data_roots(main_data_files: Dict[str, List[str]]) -> List[str]:
     """The folders of an iterator's main_data files (absolute; URLs as given): where its data came from."""
     folders = {os.path.dirname(f if "://" in f else os.path.abspath(f))
-               for files in sources.values() for f in files if isinstance(f, str)}
+               for files in main_data_files.values() for f in files if isinstance(f, str)}
     return sorted(folders)
 
 

@@ -70,10 +70,10 @@ class Dataset:
             raise ConfigError("main_data", f"expected a mapping of names to idx2 files, got {main_data!r}")
         self.seed = seed
         self.on_bad_audio, self.max_bad_fraction = check_options(on_bad_audio, max_bad_fraction)
-        self.sources: Dict[str, List[str]] = {}
+        self.main_data_files: Dict[str, List[str]] = {}
         self.main_data: Dict[str, Mapping] = {}
         for key, files in main_data.items():
-            self.sources[key], self.main_data[key] = self._read_main_data(key, files)
+            self.main_data_files[key], self.main_data[key] = self._read_main_data(key, files)
         self._align(encode_ids(self._intersect_ids()))
         counts = [len(self)]
         for number, rule in enumerate(selection_rules(data_selection), 1):
@@ -119,13 +119,13 @@ class Dataset:
         sizes = {k: len(d) for k, d in self.main_data.items()}
         if any(size > len(common) for size in sizes.values()):
             total = len(np.unique(np.concatenate([self.main_data[k].index.ids for k in keys])))
-            detail = ", ".join(f"{total - size} missing from {k} ({', '.join(self.sources[k])})"
+            detail = ", ".join(f"{total - size} missing from {k} ({', '.join(self.main_data_files[k])})"
                                for k, size in sizes.items() if size < total)
             warnings.warn(f"{total - len(common)} of {total} utterances are not in every main_data file and "
                           f"are dropped: {detail}", stacklevel=3)
         if not len(common):
             raise DataError("no utterance id is common to all main_data files: "
-                            + ", ".join(f"{k}: {self.sources[k]}" for k in keys))
+                            + ", ".join(f"{k}: {self.main_data_files[k]}" for k in keys))
         return IdList(common)
 
     def _align(self, ids: np.ndarray):
@@ -187,7 +187,7 @@ class Dataset:
             row = data.index.find_one(uid)
             if row >= 0:
                 return data.file_of(row)
-        return self.sources[key][0]
+        return self.main_data_files[key][0]
 
     def data_error(self, key: str, uid: str, problem: Any) -> DataError:
         """A DataError naming the utterance, its idx2 file and the problem."""

@@ -59,7 +59,7 @@ from concurrent.futures import Future
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from speechiter.batch_context import current_batch
-from speechiter.io.coalesce import is_ranged, start_batch_reads
+from speechiter.io.coalesce import StartedReads, is_ranged, start_batch_reads
 from speechiter.io.storage import is_url
 from speechiter.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
 
@@ -74,7 +74,7 @@ _pool_lock = threading.Lock()
 AHEAD_PER_COLUMN = 4
 #: and for all columns (several iterators built in one thread)
 AHEAD_PER_THREAD = 8
-_local = threading.local()  # .started: [_Started], oldest first; .plain: _local_batches()
+_local = threading.local()  # .started: [StartedReads], oldest first; .plain: _local_batches()
 
 
 def _the_pool() -> DaemonThreadPool:
@@ -86,29 +86,12 @@ def _the_pool() -> DaemonThreadPool:
         return _pool
 
 
-class _Started:
-    """The reads started for one batch: its URL reads or its merged byte-range reads."""
-
-    __slots__ = ("column", "ids", "read", "reads", "byte_reads")
-
-    def __init__(self, column, ids, read, reads=None, byte_reads=None):
-        self.column, self.ids, self.read = column, ids, read
-        self.reads, self.byte_reads = reads, byte_reads
-
-    def cancel(self) -> None:
-        if self.byte_reads is not None:
-            self.byte_reads.cancel()
-        for futures in (self.reads or {}).values():
-            for future in futures:
-                future.cancel()
-
-
-def _start(column: Mapping[str, str], ids: Sequence[str], read: Callable[[str], object]) -> Optional[_Started]:
+def _start(column: Mapping[str, str], ids: Sequence[str], read: Callable[[str], object]) -> Optional[StartedReads]:
     """Start the reads of batch ``ids`` (None: its values are local files, told by the first)."""
     first = column[ids[0]]
     if is_ranged(first):
-        return _Started(column, ids, read, byte_reads=start_batch_reads([column[uid] for uid in ids],
-                                                                         _the_pool().submit))
+        ranges = start_batch_reads([column[uid] for uid in ids], _the_pool().submit)
+        return StartedReads(column, ids, read, ranges=ranges)
     if not is_url(first):
         return None
     pool = _the_pool()
@@ -116,7 +99,7 @@ def _start(column: Mapping[str, str], ids: Sequence[str], read: Callable[[str], 
     for value in (column[uid] for uid in ids):
         if is_url(value):
             reads.setdefault(value, []).append(pool.submit(read, value))
-    return _Started(column, ids, read, reads=reads)
+    return StartedReads(column, ids, read, urls=reads)
 
 
 def _local_batches() -> collections.deque:
@@ -170,7 +153,7 @@ def under_way(ids: Sequence[str]) -> bool:
     return any(s.ids == ids for s in getattr(_local, "started", ()))
 
 
-def _ahead() -> List[_Started]:
+def _ahead() -> List[StartedReads]:
     try:
         return _local.started
     except AttributeError:
@@ -178,7 +161,7 @@ def _ahead() -> List[_Started]:
         return _local.started
 
 
-def _take_started(column, ids, read) -> Optional[_Started]:
+def _take_started(column, ids, read) -> Optional[StartedReads]:
     started = getattr(_local, "started", None)
     if not started:
         return None
@@ -201,7 +184,7 @@ def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
     byte-range reads, unless :func:`prepare` started them; inside the block,
     :func:`take` returns their results."""
     context = current_batch()
-    if column is None or len(ids) < 2 or context.reads is not None or context.byte_reads is not None:
+    if column is None or len(ids) < 2 or context.reads is not None:
         yield
         return
     entry = _take_started(column, ids, read)
@@ -210,19 +193,19 @@ def reading_together(column: Optional[Mapping[str, str]], ids: Sequence[str],
     if entry is None:
         yield
         return
-    context.reads, context.byte_reads = entry.reads, entry.byte_reads
+    context.reads = entry
     try:
         yield
     finally:
-        context.reads = context.byte_reads = None
+        context.reads = None
         entry.cancel()
 
 
 def take(value: str, read: Callable[[str], object]) -> object:
     """The result of the read started for ``value`` (its error raised here), or
     ``read(value)`` when none was started."""
-    reads = current_batch().reads
-    futures = reads.get(value) if reads else None
+    started = current_batch().reads
+    futures = started.urls.get(value) if started is not None and started.urls else None
     if not futures:
         return read(value)
     return futures.pop(0).result()  # bounded: each read has the storage timeouts and attempts

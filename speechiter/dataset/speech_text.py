@@ -105,7 +105,7 @@ class SpeechTextDataset(Dataset):
                                                f"supported, got {perturb_range!r}")
         self.allow_commands = check_bool(allow_commands, "allow_commands")
         # unknown piped commands refused now, not in a worker: See NOTE [ Commands refused at build ]
-        check_commands(self.sources.get("feat", []), self.main_data.get("feat"), self.allow_commands)
+        check_commands(self.main_data_files.get("feat", []), self.main_data.get("feat"), self.allow_commands)
         conf = load_feat_conf(feat_conf)
         if not rate_given and conf is not None and conf.get("sample_rate") is not None:
             sample_rate = conf["sample_rate"]  # feat_conf's rate stands in for the default

@@ -129,3 +129,23 @@ def start_batch_reads(values: Iterable[str], submit: Callable[..., Future]) -> O
         if source.byte_range is not None:
             ranges.append((source.file, *source.byte_range))
     return BatchReads(merge_ranges(ranges), submit) if ranges else None
+
+
+class StartedReads:
+    """The reads started for one batch, kept in its context while it is built (NOTE [ Batch context ] in
+    speechiter/batch_context.py): its URL reads (``urls``: ``{value: [Future, ...]}``, see NOTE [ Reading a
+    batch's URLs together ] in speechiter/dataset/prefetch.py) or its merged byte-range reads (``ranges``)."""
+
+    __slots__ = ("column", "ids", "read", "urls", "ranges")
+
+    def __init__(self, column, ids, read, urls: Optional[dict] = None, ranges: Optional[BatchReads] = None):
+        self.column, self.ids, self.read = column, ids, read
+        self.urls, self.ranges = urls, ranges
+
+    def cancel(self) -> None:
+        if self.ranges is not None:
+            self.ranges.cancel()
+        for futures in (self.urls or {}).values():
+            for future in futures:
+                future.cancel()
+

@@ -35,7 +35,8 @@ _NPY_MAGIC = b"\x93NUMPY"
 def range_bytes(source: Source) -> bytes:
     """The bytes of ``source.byte_range`` of ``source.file``."""
     first, last = source.byte_range
-    reads = current_batch().byte_reads
+    started = current_batch().reads  # NOTE [ Batch context ]
+    reads = None if started is None else started.ranges
     data = None if reads is None else reads.get(source.file, first, last)
     return read_bytes(source.file, first, last) if data is None else data
 

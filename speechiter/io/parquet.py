@@ -251,7 +251,8 @@ def cell_bytes(source: Source) -> bytes:
     """The bytes in a cell: its row group's chunk read and decoded once per batch, or kept from an earlier one
     (See NOTE [ Parquet cells ])."""
     meta, group, leaf, index, first, last = _cell(source)
-    reads = current_batch().byte_reads
+    started = current_batch().reads  # NOTE [ Batch context ]
+    reads = None if started is None else started.ranges
     key = (source.file, leaf, group)
     column = None if reads is None else reads.decoded.get(key)
     column = _kept_column(key) if column is None else column

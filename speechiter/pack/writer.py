@@ -157,7 +157,7 @@ def write_pack(iterator, out: str, shard_size: int = DEFAULT_SHARD_SIZE, idx2_ou
 def _copies(iterator, out: Out) -> List[Tuple[str, Optional[str]]]:
     """``[(idx2 file, its main_data key or None)]`` the pack copies into ``out``; refused, before anything is
     written, when a copy would replace the file itself (``--out`` the corpus's own folder)."""
-    copies = [(file, key) for key, files in iterator.dataset.sources.items() for file in files]
+    copies = [(file, key) for key, files in iterator.dataset.main_data_files.items() for file in files]
     plan = iterator.batch_options
     extra = [plan.data_len] if isinstance(plan.data_len, str) else list(plan.data_len or [])
     for files in (plan.group_info or {}).values():

@@ -48,7 +48,7 @@ def test_root_relative_paths_from_any_folder(root, tmp_path, monkeypatch):
     monkeypatch.setenv("SPEECHAIN_ROOT", str(root))
     monkeypatch.chdir(tmp_path)
     train = built(cfg)["train"]
-    assert train.dataset.sources["feat"] == [str(root / SUB / "idx2wav")]
+    assert train.dataset.main_data_files["feat"] == [str(root / SUB / "idx2wav")]
 
 
 def test_root_relative_missing_file_names_the_rule(root, tmp_path, monkeypatch):
@@ -78,7 +78,7 @@ def test_dot_paths_are_not_joined_to_root(root, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(root)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert built(cfg)["train"].dataset.sources["feat"][0].endswith(f"{SUB}/idx2wav")
+        assert built(cfg)["train"].dataset.main_data_files["feat"][0].endswith(f"{SUB}/idx2wav")
     assert "YAML file's folder" not in capsys.readouterr().err  # SpeeChain's rule, so no warning
 
 

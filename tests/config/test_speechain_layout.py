@@ -47,7 +47,7 @@ def test_from_the_root_without_the_variable_one_warning_line(speechain, monkeypa
     monkeypatch.delenv("SPEECHAIN_ROOT", raising=False)
     monkeypatch.chdir(speechain)
     iterators = build(RECIPE)
-    assert iterators["train"].dataset.sources["feat"] == ["datasets//librispeech/data/wav/train-clean-100/idx2wav"]
+    assert iterators["train"].dataset.main_data_files["feat"] == ["datasets//librispeech/data/wav/train-clean-100/idx2wav"]
     assert warnings_in(capsys.readouterr().err) == [
         f"speechiter: warning: 6 paths (first data_cfg.train.conf.data_len: "
         f"'datasets//librispeech/data/wav/train-clean-100/idx2wav_len') are not in the YAML file's folder "
@@ -75,7 +75,7 @@ def test_from_elsewhere_with_the_variable_no_warning(speechain, tmp_path, monkey
     monkeypatch.setenv("SPEECHAIN_ROOT", str(speechain))
     monkeypatch.chdir(tmp_path)
     iterators = build(RECIPE)  # the recipe too is looked for under the root
-    assert iterators["train"].dataset.sources["feat"] == [f"{speechain}/datasets//librispeech/data/wav/"
+    assert iterators["train"].dataset.main_data_files["feat"] == [f"{speechain}/datasets//librispeech/data/wav/"
                                                           "train-clean-100/idx2wav"]
     assert warnings_in(capsys.readouterr().err) == []
 

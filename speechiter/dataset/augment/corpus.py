@@ -69,7 +69,7 @@ class AudioList:
             self.ids += ids
             self.values += [resolve_data_path(v, file) for v in values]
             _check_files(file, ids, self.values[-len(ids):], at, kind)
-        self.sources = [os.fspath(f) for f in files]
+        self.files = [os.fspath(f) for f in files]
         self.cache = ArrayCache(int(cache_mb * 1e6))
 
     def __len__(self):
@@ -109,7 +109,7 @@ class AudioList:
 
     def error(self, index: int, problem) -> DataError:
         """A DataError naming the YAML path under dataset_conf, the list and the file's id."""
-        listed = ", ".join(self.sources)
+        listed = ", ".join(self.files)
         return DataError(f"dataset_conf.{self.where} ({self.kind} {self.ids[index]} from {listed}): {problem}")
 
 
