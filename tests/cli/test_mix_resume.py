@@ -28,7 +28,7 @@ def write_corpus(root: Path, prefix: str, num: int) -> Path:
 
 
 def corpus_entry(root: Path, batch_size: int) -> dict:
-    return entry(root, "abs.Iterator", data={"text": str(root / "idx2text")}, dataset_type="stopper.StopAfter",
+    return entry(root, "abs.Iterator", data={"text": str(root / "idx2text")}, dataset_type="mix_stopper.StopAfter",
                  data_len=str(root / "idx2len"), batch_size=batch_size)
 
 
@@ -58,7 +58,7 @@ def train_steps(records: list) -> list:
 def runs(tmp_path_factory):
     """The recipes, the state of a run that died in epoch 2, and the dumps before it and of the changed resume."""
     folder = tmp_path_factory.mktemp("mixresume")
-    (folder / "stopper.py").write_text(STOPPER_MODULE)
+    (folder / "mix_stopper.py").write_text(STOPPER_MODULE)  # a name of its own: this module imports it
     write_corpus(folder / "a", "a", 14), write_corpus(folder / "b", "b", 7), write_corpus(folder / "c", "c", 5)
     old = write_mix(folder, "old.yaml", {"a": 0.7, "b": 0.3}, 9)
     new = write_mix(folder, "new.yaml", {"a": 0.5, "c": 0.5}, 6)
@@ -110,6 +110,7 @@ def test_a_changed_mix_resumes_with_the_flag_and_each_kept_corpus_finishes_its_e
         assert {r["source"] for r in after} == {"a", "c"}
     finally:
         speechiter.build.close_all({"train": mix})
+        sys.modules.pop("mix_stopper", None)  # imported here, not by a run: the next run imports it afresh
 
 
 def test_a_second_resume_of_the_changed_run_is_exact(runs):
