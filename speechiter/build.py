@@ -27,7 +27,7 @@ from speechiter.registry import check_keywords, resolve_class
 
 # Iterator parameters the run supplies; a data_cfg conf may still set them.
 RUN_SETTINGS = ("seed", "ngpu", "num_workers", "pin_memory", "distributed", "rank", "world_size", "engine",
-                "thread_type", "out_type", "buffer", "start_method", "hedge")
+                "thread_type", "out_type", "buffer", "start_method", "hedge", "worker_threads")
 
 
 def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[int] = None, groups=None,
@@ -41,7 +41,7 @@ def build_iterators(data_cfg, seed: Optional[int] = None, num_workers: Optional[
     :class:`speechiter.group.IteratorGroup` (a dict with the group's ``steps`` policy). valid and test
     iterators are built with ``evaluation=True`` (see Iterator). ``settings`` are
     further Iterator arguments for every iterator: ngpu, engine, thread_type, start_method,
-    out_type, buffer, hedge, distributed, rank, world_size, pin_memory.
+    out_type, buffer, hedge, distributed, rank, world_size, pin_memory, worker_threads.
 
     ``root``: the folder that relative paths are resolved against, as a recipe's are against its YAML
     file's folder (default: that folder for a loaded recipe, the current folder for a dict).

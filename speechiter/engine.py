@@ -51,7 +51,8 @@ class Engine(Protocol):
 class EngineSettings:
     """How an Iterator loads: its keyword arguments ``engine`` (``kind`` here),
     ``num_workers``, ``thread_type``, ``start_method``, ``out_type``, ``buffer``, ``hedge``
-    (build a late batch again on an idle worker; NOTE [ Hedging ] in speechiter/sequence/hedge.py).
+    (build a late batch again on an idle worker; NOTE [ Hedging ] in speechiter/sequence/hedge.py),
+    ``worker_threads``.
 
     Invalid values raise a ConfigError naming the option.
     """
@@ -63,6 +64,7 @@ class EngineSettings:
     out_type: str = "cpu"
     buffer: Optional[int] = None
     hedge: bool = True
+    worker_threads: int = 1  # NOTE [ One thread per worker ] in speechiter/sequence/threads.py
 
     def __post_init__(self):
         check_choice(self.kind, "engine", ENGINES)
@@ -74,6 +76,7 @@ class EngineSettings:
             raise ConfigError("out_type", f"expected cpu, cuda, cuda:N or null, got {self.out_type!r}")
         object.__setattr__(self, "buffer", check_optional_int(self.buffer, "buffer"))
         object.__setattr__(self, "hedge", check_bool(self.hedge, "hedge"))
+        object.__setattr__(self, "worker_threads", check_int(self.worker_threads, "worker_threads"))
 
     @property
     def lookahead(self) -> int:
@@ -95,7 +98,7 @@ def make_engine(settings: EngineSettings, reader: Callable[[], Any]) -> Engine:
         start_scheduler, reader, num_workers=0 if settings.kind == "inline" else settings.num_workers,
         thread_type=settings.thread_type, start_method=settings.start_method, out_type=out_type,
         buffer=settings.lookahead, num_converters=1 if out_type.startswith("cuda") else 0,
-        timeout=BATCH_TIMEOUT_S, hedge=settings.hedge))
+        timeout=BATCH_TIMEOUT_S, hedge=settings.hedge, worker_threads=settings.worker_threads))
 
 
 class SequenceEngine:

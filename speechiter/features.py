@@ -29,10 +29,11 @@ from typing import Optional, Union
 
 import numpy as np
 
-from speechiter.io.pcm import PCM16_SCALE
 from speechiter.checks import check_bool, check_int, check_number
 from speechiter.config import read_yaml_file
 from speechiter.errors import ConfigError
+from speechiter.fbank import Workspace, utterance_log_mel
+from speechiter.gpu_features import resolve_feature_device
 from speechiter.paths import PRESETS_DIR, find_preset, is_preset
 from speechiter.registry import check_keywords
 
@@ -42,8 +43,6 @@ WINDOWS = ("povey", "hanning", "hamming", "rectangular", "blackman")
 NORMALIZE = ("utterance",)
 #: the shipped presets (see speechiter.paths.find_preset)
 CONFIG_DIR = PRESETS_DIR
-_EPS = float(np.finfo(np.float32).eps)  # Kaldi's log floor
-_NORM_EPS = 1e-5
 
 
 def _mel(freq):
@@ -66,12 +65,15 @@ class LogMel:
         low_freq: lowest mel-bank edge.
         high_freq: highest edge; 0 or negative counts from the Nyquist rate.
         remove_dc_offset: subtract each frame's mean before pre-emphasis.
+        device: where: ``cpu`` in the loading workers, per utterance; ``cuda`` or
+            ``cuda:N`` on the GPU, per batch, in the converter (speechiter/gpu_features.py).
     """
 
     def __init__(self, sample_rate: int, n_mels: int = 80, frame_length: float = 25.0,
                  frame_shift: float = 10.0, n_fft: Optional[int] = None, preemphasis: float = 0.97,
                  dither: float = 0.0, normalize: Optional[str] = None, window: str = "povey",
-                 low_freq: float = 20.0, high_freq: float = 0.0, remove_dc_offset: bool = True):
+                 low_freq: float = 20.0, high_freq: float = 0.0, remove_dc_offset: bool = True,
+                 device: str = "cpu"):
         w = "feat_conf"
         self.sample_rate = check_int(sample_rate, f"{w}.sample_rate")
         self.n_mels = check_int(n_mels, f"{w}.n_mels")
@@ -108,10 +110,12 @@ class LogMel:
             raise ConfigError(f"{w}.high_freq", f"need low_freq < high_freq <= {nyquist:g} (Nyquist), got "
                                                 f"low_freq={low_freq}, high_freq={high_freq}")
         self.remove_dc_offset = check_bool(remove_dc_offset, f"{w}.remove_dc_offset")
+        self.device = resolve_feature_device(device, f"{w}.device")  # NOTE [ Features on the GPU ]
         import torch  # here, not at module level: worker processes only import it when they compute features
 
-        self._window = torch.from_numpy(self._window_function())
-        self._banks = torch.from_numpy(self._mel_banks())
+        self.window_tensor = torch.from_numpy(self._window_function())
+        self.banks_tensor = torch.from_numpy(self._mel_banks())
+        self._workspace = Workspace()  # See NOTE [ Log-mel memory traffic ] in fbank.py
 
     @classmethod
     def from_conf(cls, conf: dict, sample_rate: Optional[int] = None) -> "LogMel":
@@ -132,7 +136,8 @@ class LogMel:
         return {"sample_rate": self.sample_rate, "n_mels": self.n_mels, "frame_length": self.frame_length,
                 "frame_shift": self.frame_shift, "n_fft": self.n_fft, "preemphasis": self.preemphasis,
                 "dither": self.dither, "normalize": self.normalize, "window": self.window,
-                "low_freq": self.low_freq, "high_freq": self.high_freq, "remove_dc_offset": self.remove_dc_offset}
+                "low_freq": self.low_freq, "high_freq": self.high_freq, "remove_dc_offset": self.remove_dc_offset,
+                "device": self.device}
 
     def __repr__(self):
         return f"LogMel({', '.join(f'{k}={v!r}' for k, v in self.conf().items())})"
@@ -183,29 +188,9 @@ class LogMel:
         frames_n = self.num_frames(wave.shape[0])
         if frames_n == 0:
             return np.zeros((0, self.n_mels), dtype=np.float32)
-        import torch
-
-        with torch.no_grad():
-            x = torch.from_numpy(wave * np.float32(PCM16_SCALE))
-            frames = x.unfold(0, self.window_size, self.window_shift)
-            if self.dither > 0:
-                if generator is None:
-                    raise ValueError("LogMel with dither > 0 needs a generator (speechiter.rng())")
-                noise = generator.standard_normal(tuple(frames.shape), dtype=np.float32)
-                frames = frames + torch.from_numpy(noise) * self.dither
-            if self.remove_dc_offset:
-                frames = frames - frames.mean(dim=1, keepdim=True)
-            if self.preemphasis:
-                first = frames[:, :1] * (1 - self.preemphasis)
-                frames = torch.cat([first, frames[:, 1:] - self.preemphasis * frames[:, :-1]], dim=1)
-            spectrum = torch.fft.rfft(frames * self._window, n=self.n_fft)
-            power = spectrum.real.square() + spectrum.imag.square()
-            feat = (power @ self._banks).clamp_min(_EPS).log()
-            if self.normalize == "utterance":
-                mean = feat.mean(dim=0, keepdim=True)
-                std = feat.std(dim=0, unbiased=False, keepdim=True)
-                feat = (feat - mean) / std.clamp_min(_NORM_EPS)
-            return feat.numpy().astype(np.float32, copy=False)
+        if self.dither > 0 and generator is None:
+            raise ValueError("LogMel with dither > 0 needs a generator (speechiter.rng())")
+        return utterance_log_mel(self, wave, frames_n, generator, self._workspace)
 
 
 def load_feat_conf(value: Union[dict, str, os.PathLike, None]) -> Optional[dict]:

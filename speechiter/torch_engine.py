@@ -6,6 +6,7 @@ it gives the same batches as the msequence engine. See speechiter/engine.py.
 """
 from typing import Any, Iterator, Optional, Sequence
 
+from speechiter.device_steps import run_device_steps
 from speechiter.sequence.fetch import Task, fetch
 from speechiter.sequence.start import worker_start
 from speechiter.structure import is_tensor, map_structure
@@ -56,9 +57,11 @@ class TorchEngine:
     def iterate(self, tasks: Sequence[Task], lookahead: Sequence[Task] = ()) -> Iterator[Any]:
         """The batches of ``tasks`` in order; ``lookahead`` is not used (the DataLoader prefetches
         ``prefetch_factor`` batches per worker within an epoch)."""
+        import torch
         self.sampler.tasks = list(tasks)
         for batch in self.loader:
-            yield _to_device(batch, self.device) if self.device is not None else batch
+            batch = _to_device(batch, self.device) if self.device is not None else batch
+            yield run_device_steps(batch, self.device or torch.device("cpu"))
 
     def close(self) -> None:
         iterator = getattr(self.loader, "_iterator", None)

@@ -16,7 +16,8 @@
 - The S3 fixtures of tests/s3.py (``s3_server`` once per session, ``s3_client``, ``s3_corpus``,
   ``s3_proxy``, ``fresh_storage``, ``localhost_only``).
 - Markers (setup.cfg): ``slow`` (processes, servers), ``nightly`` (measures, or resolves against the
-  package index): nightly tests run only when ``-m`` names them (``-m nightly``), never by default.
+  package index): nightly tests run only when ``-m`` names them (``-m nightly``), never by default;
+  ``cuda`` (needs a GPU): skipped where torch sees none.
 - ``no_leaks`` (autouse): after every test (at its module's end when it uses a
   module- or session-scoped fixture), no child process or loading worker, no
   /dev/shm segment of this process and no engine thread (``speechiter-*``).
@@ -182,7 +183,14 @@ def no_leaks(request):
 
 
 def pytest_collection_modifyitems(config, items):
-    """``nightly`` tests run only when ``-m`` names them (``-m nightly``); see setup.cfg's markers."""
+    """``nightly`` tests run only when ``-m`` names them (``-m nightly``); see setup.cfg's markers. Tests marked
+    ``cuda`` skip without a GPU (they run on a GPU machine: tools/bench_node.py --tests)."""
+    cuda = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if cuda:
+        import torch
+        if not torch.cuda.is_available():
+            for item in cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
     if "nightly" in (config.option.markexpr or ""):
         return
     kept = [item for item in items if item.get_closest_marker("nightly") is None]

@@ -45,11 +45,16 @@ def load_tool(name):
     return module
 
 
-def make_iterator(corpus: Path, settings, workers: int, batch_seconds: float, batches_per_epoch=None):
-    return BlockIterator(dataset_type=SpeechTextDataset,
-                         dataset_conf={"main_data": {"feat": str(corpus / "idx2wav")}, "sample_rate": SAMPLE_RATE},
-                         data_len=str(corpus / "idx2wav_len"), batch_len=batch_seconds * SAMPLE_RATE,
-                         batches_per_epoch=batches_per_epoch, out_type="cpu",
+def make_iterator(corpus: Path, settings, workers: int, batch_seconds: float, batches_per_epoch=None,
+                  out_type="cpu", feat_conf=None):
+    """A BlockIterator over ``corpus`` with ``batch_seconds`` of audio per batch (``feat_conf``: log-mel)."""
+    conf = {"main_data": {"feat": str(corpus / "idx2wav")}, "sample_rate": SAMPLE_RATE}
+    batch_len = batch_seconds * SAMPLE_RATE
+    if feat_conf is not None:
+        conf["feat_conf"] = feat_conf
+        batch_len = batch_seconds * 1000 / feat_conf.get("frame_shift", 10)
+    return BlockIterator(dataset_type=SpeechTextDataset, dataset_conf=conf, data_len=str(corpus / "idx2wav_len"),
+                         batch_len=batch_len, batches_per_epoch=batches_per_epoch, out_type=out_type,
                          **{"num_workers": workers, **settings})
 
 

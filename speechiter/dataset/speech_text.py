@@ -36,7 +36,9 @@ from speechiter.dataset.speed_perturb import (MAX_FACTOR_DENOMINATOR, perturbed_
 from speechiter.dataset.token_text import (SPACE, is_token_list, parse_durations, parse_token_list, space_trim,
                                            text_lengths, trim_fraction)
 from speechiter.errors import ConfigError, DataError
+from speechiter.device_steps import DEVICE_STEPS
 from speechiter.features import LogMel, load_feat_conf
+from speechiter.gpu_features import DEFERRED_KEY, BatchLogMel, deferred_row
 from speechiter.ids import LengthMap
 from speechiter.paths import YAML_FILE
 from speechiter.dataset.pitch import PitchExtractor, collate_pitch
@@ -181,7 +183,7 @@ class SpeechTextDataset(Dataset):
         if "duration" in item:
             item["duration"] = item["duration"].astype(np.float32)
         if "feat" in item and self.feat_extractor is not None:
-            item["feat"] = self._log_mel(uid, item["feat"], applied)
+            item["feat"] = self._log_mel(uid, item, applied)
         if self.text_transforms is not None:  # use_g2p, then unk_mask_prob
             self.text_transforms(uid, item)
         if self.augment is not None and self.augment.records:
@@ -219,12 +221,16 @@ class SpeechTextDataset(Dataset):
             feat = self.augment.waveform(feat, applied)
         return feat
 
-    def _log_mel(self, uid: str, feat: np.ndarray, applied: Dict[str, Any]) -> np.ndarray:
+    def _log_mel(self, uid: str, item: Dict[str, Any], applied: Dict[str, Any]) -> np.ndarray:
+        feat = item["feat"]
         if feat.shape[1] != 1:
             raise self.data_error("feat", uid, f"feat_conf needs mono waveforms, got {feat.shape[1]} channels")
         if feat.shape[0] < self.feat_extractor.window_size:
             raise self.data_error("feat", uid, f"{feat.shape[0]} samples is shorter than one frame "
                                                f"({self.feat_extractor.window_size} samples)")
+        if self.feat_extractor.device != "cpu":  # the converter computes it: NOTE [ Features on the GPU ]
+            item[DEFERRED_KEY] = deferred_row(self.feat_extractor, self.augment, feat.shape[0], applied)
+            return feat
         feat = self.feat_extractor(feat, rng() if self.feat_extractor.dither else None)
         return self.augment.features(feat, applied) if self.augment is not None else feat
 
@@ -278,6 +284,9 @@ class SpeechTextDataset(Dataset):
                 batch[key] = np.stack(values).astype(np.float32, copy=False)
             elif key == "pitch":
                 batch.update(collate_pitch(values))
+            elif key == DEFERRED_KEY:
+                steps = self.augment.feature_steps if self.augment is not None else []
+                batch[DEVICE_STEPS] = [BatchLogMel(self.feat_extractor.conf(), values, steps)]
             elif key == "duration":
                 for name, value in collate_values(key, values):
                     batch[name] = value

@@ -76,6 +76,8 @@ class Iterator(Loadable):
         out_type: ``cpu`` (torch tensors), ``cuda`` or ``null`` (numpy).
         buffer: batches in flight; default 2 per worker (at least 2).
         hedge: build a late batch again on an idle worker (NOTE [ Hedging ] in speechiter/sequence/hedge.py).
+        worker_threads: threads each worker's torch, OpenMP, MKL and OpenBLAS use (default 1; see
+            NOTE [ One thread per worker ] in speechiter/sequence/threads.py).
         name: the iterator's name in reports (``train/sup``); also names its random stream.
         **iter_conf: options of :meth:`batches_generate_fn`.
 
@@ -93,9 +95,10 @@ class Iterator(Loadable):
                  rank: Optional[int] = None, world_size: Optional[int] = None, evaluation: bool = False,
                  engine: str = "msequence", thread_type: str = "proc", out_type: str = "cpu",
                  buffer: Optional[int] = None, start_method: Optional[str] = None, name: Optional[str] = None,
-                 hedge: bool = True, **iter_conf):
+                 hedge: bool = True, worker_threads: int = 1, **iter_conf):
         self.engine_settings = EngineSettings(kind=engine, num_workers=num_workers, thread_type=thread_type,
-                                              start_method=start_method, out_type=out_type, buffer=buffer, hedge=hedge)
+                                              start_method=start_method, out_type=out_type, buffer=buffer, hedge=hedge,
+                                              worker_threads=worker_threads)
         self.pin_memory = check_bool(pin_memory, "pin_memory")  # SpeeChain's option; out_type decides
         rank, world_size = resolve_rank(check_bool(distributed, "distributed"), rank, world_size)
         # the options are checked before the dataset loads; they name the dataset's class once it is built

@@ -60,7 +60,8 @@ class MixIterator(Loadable):
             the YAML ``iterators: {name: {type, conf}}``).
         weights: ``{name: weight}``, one non-negative number per corpus, with a positive sum; normalised.
         batches_per_epoch: the mixed iterator's epoch, in batches (required).
-        seed, num_workers, engine, thread_type, start_method, out_type, buffer, hedge, pin_memory: as Iterator's;
+        seed, num_workers, engine, thread_type, start_method, out_type, buffer, hedge, pin_memory, worker_threads:
+            as Iterator's;
             the loading options apply to the mix's one engine. ngpu, distributed, rank, world_size and
             evaluation shape each corpus's batches and are given to the corpora (build_iterators does).
         name: the iterator's name in reports and states.
@@ -75,9 +76,10 @@ class MixIterator(Loadable):
                  engine: str = "msequence", thread_type: str = "proc", start_method: Optional[str] = None,
                  out_type: str = "cpu", buffer: Optional[int] = None, pin_memory: bool = False, ngpu: int = 1,
                  distributed: bool = False, rank: Optional[int] = None, world_size: Optional[int] = None,
-                 evaluation: bool = False, name: Optional[str] = None, hedge: bool = True):
+                 evaluation: bool = False, name: Optional[str] = None, hedge: bool = True, worker_threads: int = 1):
         self.engine_settings = EngineSettings(kind=engine, num_workers=num_workers, thread_type=thread_type,
-                                              start_method=start_method, out_type=out_type, buffer=buffer, hedge=hedge)
+                                              start_method=start_method, out_type=out_type, buffer=buffer, hedge=hedge,
+                                              worker_threads=worker_threads)
         self.pin_memory, self.ngpu, self.evaluation = pin_memory, ngpu, evaluation
         self.seed = check_int(seed, "seed", minimum=0)
         self.name = name or type(self).__name__

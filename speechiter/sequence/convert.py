@@ -11,8 +11,11 @@ as the converter returns.
 * ``'null'``: arrays stay numpy (tensors stay tensors), as the worker made them.
 * ``'cpu'``: numeric ndarrays become torch tensors; strings, lists of strings,
   object arrays and scalars stay as they are.
-* ``'cuda'`` / ``'cuda:N'``: as 'cpu', then copied to the device through
-  pinned memory. See NOTE [ CUDA copies ].
+* ``'cuda'`` / ``'cuda:N'``: as 'cpu', then copied to the device from
+  page-locked memory. See NOTE [ CUDA copies ].
+
+Then the batch's device steps run (speechiter/device_steps.py: log-mel
+computed on the GPU, for one), on the device the batch goes to.
 
 torch is imported lazily, so workers and 'null' output never need it.
 """
@@ -26,6 +29,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 
 from speechiter import interrupts
+from speechiter.device_steps import run_device_steps
 from speechiter.sequence.shm import ArrayRef, Packed
 from speechiter.sequence.workers import POLL_S
 from speechiter.structure import is_array_leaf, map_structure
@@ -110,13 +114,11 @@ class Converter:
         objects straight from an indexer. When it is ``shared`` the views are
         handed out as they are, for 'null' and 'cpu'.
         """
-        if isinstance(raw, Packed):
-            skeleton, shared = raw.skeleton, True
-        else:
-            skeleton, shared = raw, False
+        skeleton = raw.skeleton if isinstance(raw, Packed) else raw
         if self.out_type in ("null", "cpu"):
-            return map_structure(skeleton, self._host_leaf(resolver, tensors=self.out_type == "cpu"), _is_leaf), None
-        return self._to_cuda(skeleton, resolver, shared)
+            batch = map_structure(skeleton, self._host_leaf(resolver, tensors=self.out_type == "cpu"), _is_leaf)
+            return run_device_steps(batch, None if self.out_type == "null" else _cpu()), None
+        return self._to_cuda(skeleton, resolver)
 
     @staticmethod
     def _host_leaf(resolver, tensors: bool):
@@ -137,24 +139,33 @@ class Converter:
         return leaf
 
     # NOTE [ CUDA copies ]
-    # Each converter owns a side stream. A host array is copied once into a
-    # pinned tensor from torch's caching host allocator (which keeps the
-    # block from reuse until the copy that reads it has run), then copied to
-    # the device with non_blocking=True on the side stream, and an event is
-    # recorded after the last copy. The consumer thread makes its current
-    # stream wait on that event and calls record_stream on every device
-    # tensor (see hand_over), so the copies overlap the consumer's compute
-    # and the caching allocator does not reuse the memory too early.
-    def _to_cuda(self, skeleton, resolver, shared):
+    # Each converter owns a side stream. An array of a slot whose mapping is
+    # page-locked (NOTE [ Pinned slots ] in shm/pinning.py) is copied to the
+    # device straight from the slot; any other host array is copied once into
+    # a pinned tensor from torch's caching host allocator (which keeps the
+    # block from reuse until the copy that reads it has run) and from there.
+    # Copies are non_blocking, on the side stream; the batch's device steps
+    # follow on the same stream, and an event is recorded after them. A
+    # converter that copied from a slot waits for its copies before it
+    # returns, so the slot is free when the scheduler releases it. The
+    # consumer thread makes its current stream wait on the event and calls
+    # record_stream on every device tensor (see hand_over), so the work
+    # overlaps the consumer's compute and the caching allocator does not
+    # reuse the memory too early.
+    def _to_cuda(self, skeleton, resolver):
         import torch
+        direct = resolver is not None and resolver.pinned
 
         def leaf(obj):
             if type(obj) is ArrayRef:
                 host = resolver(obj)
                 if not _numeric(host.dtype) and not obj.tensor:
                     return np.array(host)
-                pinned = torch.empty(obj.shape, dtype=_torch_dtype(host.dtype), pin_memory=True)
-                pinned.numpy()[...] = host
+                if direct and host.dtype.isnative:
+                    pinned = torch.from_numpy(host)  # the page-locked slot itself
+                else:
+                    pinned = torch.empty(obj.shape, dtype=_torch_dtype(host.dtype), pin_memory=True)
+                    pinned.numpy()[...] = host
                 if obj.tensor == "bfloat16":
                     pinned = pinned.view(torch.bfloat16)
             elif isinstance(obj, np.ndarray):
@@ -170,12 +181,33 @@ class Converter:
 
         with torch.cuda.stream(self._stream):
             batch = map_structure(skeleton, leaf, _is_leaf)
+            copied = torch.cuda.Event()
+            copied.record(self._stream)
+            batch = run_device_steps(batch, self.device)
             event = torch.cuda.Event()
             event.record(self._stream)
+        if direct:
+            _wait_copied(copied)  # the slot is read: See NOTE [ Pinned slots ] in shm/pinning.py
         return batch, event
 
 
 _TORCH_DTYPES = {}
+# How long a converter waits for the copies from a slot (a few ms normally); polled, never spun or unbounded.
+COPY_TIMEOUT_S = 60.0
+_COPY_POLL_S = 0.0002
+
+
+def _wait_copied(event) -> None:
+    deadline = time.monotonic() + COPY_TIMEOUT_S
+    while not event.query():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the copies of a batch to the GPU did not finish within {COPY_TIMEOUT_S:g} s")
+        time.sleep(_COPY_POLL_S)
+
+
+def _cpu():
+    import torch
+    return torch.device("cpu")
 
 
 def _torch_dtype(dtype: np.dtype):

@@ -50,12 +50,13 @@ class MSequence:
     process, see NOTE [ Inline timeout ] in watchdog.py), ``start_method`` the
     multiprocessing start method ('forkserver' by default where the OS has it,
     else 'spawn'; see NOTE [ Start method ] in start.py; or 'fork'), ``hedge``
-    whether a late batch is built again on an idle worker (NOTE [ Hedging ] in hedge.py).
+    whether a late batch is built again on an idle worker (NOTE [ Hedging ] in hedge.py), ``worker_threads``
+    the threads of each worker's numeric libraries (NOTE [ One thread per worker ] in threads.py).
     """
 
     def __init__(self, worker, dset_size=None, num_workers=4, num_converters=None, batch_size=32,
                  buffer=10, shuffle=True, thread_type="proc", out_type="cuda", seed=None, *,
-                 batches=None, timeout=120.0, start_method=None, hedge=True):
+                 batches=None, timeout=120.0, start_method=None, hedge=True, worker_threads=1):
         if not callable(worker):
             raise ValueError(f"worker should be a picklable zero-argument callable returning an indexer, "
                              f"but got worker={worker!r}")
@@ -87,6 +88,7 @@ class MSequence:
         if not isinstance(hedge, bool):
             raise ValueError(f"hedge should be True or False, but got hedge={hedge!r}")
         self._hedge = hedge
+        self._worker_threads = _option(check_int, worker_threads, "worker_threads", "a positive integer")
         self._timeout = float(_option(check_positive_number, timeout, "timeout", "a positive number of seconds"))
         if seed is not None and not isinstance(seed, numbers.Integral):
             raise ValueError(f"seed should be an integer or None, but got seed={seed!r}")
@@ -183,7 +185,7 @@ class MSequence:
         self._handle.start(start_scheduler(
             self._worker, num_workers=num_workers, thread_type=self._thread_type, start_method=self._start_method,
             out_type=out_type, buffer=self._buffer, num_converters=self._num_converters, timeout=self._timeout,
-            hedge=self._hedge))
+            hedge=self._hedge, worker_threads=self._worker_threads))
         return self
 
     def finish(self) -> None:

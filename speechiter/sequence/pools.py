@@ -53,7 +53,8 @@ class WorkerPool(Protocol):
 class ProcPool:
     """``num_workers`` worker processes, a task pipe each, a result pipe each."""
 
-    def __init__(self, factory, num_workers: int, prefix: str, start_method: Optional[str] = None):
+    def __init__(self, factory, num_workers: int, prefix: str, start_method: Optional[str] = None,
+                 threads: int = 1):
         refuse_unguarded_main()
         check_open_files(num_workers)  # NOTE [ Machine limits ] in limits.py
         ctx, factory = worker_start(factory, start_method)
@@ -77,7 +78,7 @@ class ProcPool:
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
                     target=proc_worker_loop,
-                    args=(wid, factory, tasks.reader, writer, self._done, prefix, parent_pid, environ),
+                    args=(wid, factory, tasks.reader, writer, self._done, prefix, parent_pid, environ, threads),
                     name=f"speechiter-worker-{wid}", daemon=True)
                 self._task_pipes.append(tasks)
                 self._readers.append(reader)
@@ -204,13 +205,13 @@ def _abandon(proc) -> None:
 class ThreadPool:
     """``num_workers`` worker threads sharing one result queue."""
 
-    def __init__(self, factory, num_workers: int):
+    def __init__(self, factory, num_workers: int, threads: int = 1):
         self._done = threading.Event()
         self._results = queue.SimpleQueue()
         self._queues = [queue.SimpleQueue() for _ in range(num_workers)]
         self._threads = [
             threading.Thread(target=thread_worker_loop, name=f"speechiter-worker-{wid}", daemon=True,
-                             args=(wid, factory, self._queues[wid], self._results, self._done))
+                             args=(wid, factory, self._queues[wid], self._results, self._done, threads))
             for wid in range(num_workers)]
         for thread in self._threads:
             thread.start()

@@ -12,7 +12,6 @@ import pickle
 import queue
 import select
 import signal
-import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any, List, Optional
@@ -22,6 +21,7 @@ from speechiter.sequence.fetch import READ_AHEAD, Task, fetch, prepare, same_tas
 from speechiter.sequence.lifeline import die_with_parent, leave_fork_server, orphaned
 from speechiter.sequence.limits import explain
 from speechiter.sequence.shm import SlotRef, SlotWriter, leftover_segments, unlink_segment
+from speechiter.sequence.threads import ThreadCap
 from speechiter.sequence.torch_rng import check_after_batch
 
 # NOTE [ Queued tasks ]
@@ -181,17 +181,19 @@ class _Readable:
         return bool(self._poller.poll(timeout * 1000))
 
 
-def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, environ=None):
+def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, environ=None, threads=1):
     """The loop of one worker process. Module level, so 'spawn' can import it.
 
     ``done`` is the read end of the pool's done pipe: readable once the pool closes.
     ``parent_pid``: the process that starts the workers; None for the fork server, whose child this
     is (it ends when the main process does). See NOTE [ Parent death ] in lifeline.py.
     ``environ``: the main process's environment, for a worker that did not inherit it.
+    ``threads``: the worker's numeric libraries' threads (NOTE [ One thread per worker ] in threads.py).
     """
     if environ is not None:
         os.environ.clear()
         os.environ.update(environ)
+    cap = ThreadCap(threads, per_thread=False)
     worker_warnings()  # NOTE [ One line per problem ] in speechiter/messages.py
     leave_fork_server()
     if parent_pid is None:
@@ -202,13 +204,12 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
     # ends the workers (see NOTE [ Shutdown order ] in scheduler.py); workers stay quiet.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it, whatever a forked parent handled
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
     writer = SlotWriter(prefix, wid, tracked=True)  # NOTE [ Segments of a killed main process ]
     try:
         indexer = _make_indexer(factory, wid, results.send)
         if indexer is None:
             return
+        cap.check()  # building the indexer may have imported torch (LogMel does)
         queued = _Queued(indexer)
         waiting, stopping = _Readable(tasks), _Readable(done)
         while not stopping():
@@ -230,6 +231,7 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
                 return
             while waiting():
                 queued.add(tasks.recv())
+            cap.check()
             reply = _build(msg, indexer, wid, writer, queued.upcoming())
             try:
                 results.send(reply)
@@ -242,11 +244,13 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
         writer.close()
 
 
-def thread_worker_loop(wid, factory, tasks, results, done):
+def thread_worker_loop(wid, factory, tasks, results, done, threads=1):
     """The loop of one worker thread: like proc_worker_loop, objects passed as they are."""
+    cap = ThreadCap(threads, per_thread=True)
     indexer = _make_indexer(factory, wid, results.put)
     if indexer is None:
         return
+    cap.check()
     queued = _Queued(indexer)
     while not done.is_set():
         if not queued:
@@ -263,5 +267,6 @@ def thread_worker_loop(wid, factory, tasks, results, done):
                 queued.add(tasks.get_nowait())
             except queue.Empty:
                 break
+        cap.check()
         results.put(_build(msg, indexer, wid, None, queued.upcoming()))
         check_after_batch(msg.task.seed)  # NOTE [ torch's generator in thread workers ]

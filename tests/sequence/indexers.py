@@ -179,6 +179,21 @@ class LazyTorch:
         return torch.rand(len(ids)).numpy()
 
 
+class ThreadCounts:
+    """The building thread's library thread counts, with torch imported lazily by the first batch."""
+
+    def __init__(self):
+        import sys
+        self.had_torch = "torch" in sys.modules  # when the worker built its indexer
+
+    def __getitem__(self, ids):
+        import torch
+        from speechiter.sequence.threads import thread_counts
+        torch.ones(4).sum()  # a first torch call in this thread
+        return {"pid": os.getpid(), "had_torch": self.had_torch, "omp_env": os.environ.get("OMP_NUM_THREADS"),
+                **thread_counts()}
+
+
 class TorchDraw:
     """Draws from torch's global generator (not reproducible with thread workers)."""
 

@@ -58,6 +58,23 @@ def test_batches_reserve_whole_mib_once_per_segment(segment, reserved):
         writer.close()
 
 
+def test_a_segment_backed_by_one_worker_is_not_reserved_again_by_the_next(segment, reserved):
+    calls, _ = reserved
+    first, second = SlotWriter("speechiter_test_reserve_", 0), SlotWriter("speechiter_test_reserve_", 1)
+    try:
+        with first.building(segment) as arena:
+            batch_empty(1_500_000, np.uint8)[:] = 1
+            told = first.pack({"x": np.ones(3)}, segment, arena).slot  # what the main process passes on
+        assert calls == [2 * MIB] and told.backed == 2 * MIB
+        build(second, told, 1_600_000)
+        assert calls == [2 * MIB]
+        build(second, segment, 3_000_000)  # more than the other worker backed
+        assert calls == [2 * MIB, 3 * MIB]
+    finally:
+        first.close()
+        second.close()
+
+
 def test_where_the_rounded_reservation_does_not_fit_the_exact_one_is_made_or_named(segment, reserved):
     calls, limit = reserved
     limit[0] = 1_600_000

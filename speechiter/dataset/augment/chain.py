@@ -88,6 +88,16 @@ class Augmentation:
             feat = step(feat, rng(), applied)
         return feat
 
+    def feature_draws(self, frames: int, bins: int, applied: Dict[str, Any]) -> List[Optional[Dict[str, Any]]]:
+        """The feature steps' draws for ``frames`` x ``bins`` features (one record per step, None where it
+        does not fire), recorded into ``applied``; applied later on the device (speechiter/gpu_features.py)."""
+        records = []
+        for step in self.feature_steps:
+            records.append(step.draw(frames, bins, rng()))
+            if records[-1] is not None:
+                applied[step.name] = records[-1]
+        return records
+
     def __repr__(self):
         steps = [step.name for step in self.waveform_steps + self.feature_steps]
         return f"Augmentation(steps={steps}, views={self.views})"

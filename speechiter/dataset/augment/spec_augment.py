@@ -13,7 +13,7 @@ to fit (linear interpolation between frames; the length is kept). Masked
 values are the utterance's mean log-mel value (``fill: mean``, as Lhotse)
 or 0 (``fill: zero``, as ESPnet; the mean too after ``normalize: utterance``).
 """
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -41,26 +41,35 @@ class SpecAugment:
         self.prob = check_prob(prob, f"{where}.prob")
 
     def __call__(self, feat: np.ndarray, generator: np.random.Generator, applied: Dict[str, Any]) -> np.ndarray:
-        if not fires(generator, self.prob):
+        record = self.draw(feat.shape[0], feat.shape[1], generator)
+        if record is None:
             return feat
-        frames, bins = feat.shape
+        applied[self.name] = record
+        return self.apply(feat, record)
+
+    def draw(self, frames: int, bins: int, generator: np.random.Generator) -> Optional[Dict[str, Any]]:
+        """The draws for ``frames`` x ``bins`` features, as the applied record; None when it does not fire.
+        (Features on the GPU draw in the worker and apply on the device: speechiter/gpu_features.py.)"""
+        if not fires(generator, self.prob):
+            return None
         record: Dict[str, Any] = {}
         if self.time_warp and frames > 2 * self.time_warp:
             centre = int(generator.integers(self.time_warp, frames - self.time_warp))
             shift = int(generator.integers(-self.time_warp, self.time_warp + 1))
-            feat = time_warp(feat, centre, shift)
             record["warp"] = [centre, shift]
-        else:
-            feat = feat.copy()
-        value = np.float32(feat.mean()) if self.fill == "mean" and feat.size else np.float32(0)
         record["freq"] = _masks(generator, self.freq_masks, self.freq_width, bins)
         most = int(self.time_width) if self.time_width >= 1 else int(self.time_width * frames)
         record["time"] = _masks(generator, self.time_masks, min(most, frames), frames)
+        return record
+
+    def apply(self, feat: np.ndarray, record: Dict[str, Any]) -> np.ndarray:
+        """``feat`` with ``record``'s warp and masks (a new array)."""
+        feat = time_warp(feat, *record["warp"]) if "warp" in record else feat.copy()
+        value = np.float32(feat.mean()) if self.fill == "mean" and feat.size else np.float32(0)
         for start, width in record["freq"]:
             feat[:, start:start + width] = value
         for start, width in record["time"]:
             feat[start:start + width] = value
-        applied[self.name] = record
         return feat
 
 
@@ -75,14 +84,18 @@ def _masks(generator: np.random.Generator, count: int, most: int, size: int) -> 
 
 def time_warp(feat: np.ndarray, centre: int, shift: int) -> np.ndarray:
     """``feat`` with frame ``centre`` moved to ``centre + shift``, each side stretched linearly (same length)."""
-    frames = feat.shape[0]
     if shift == 0:
         return feat.copy()
+    low, high, weight = warp_sources(feat.shape[0], centre, shift)
+    return feat[low] * (1 - weight) + feat[high] * weight
+
+
+def warp_sources(frames: int, centre: int, shift: int):
+    """For each output frame of a warp: the two source frames and the weight of the second ``(frames, 1)``."""
     target = centre + shift
     out = np.arange(frames, dtype=np.float64)
     source = np.where(out < target, out * centre / target,
                       centre + (out - target) * (frames - 1 - centre) / max(frames - 1 - target, 1))
     low = np.clip(np.floor(source).astype(np.int64), 0, frames - 1)
     high = np.minimum(low + 1, frames - 1)
-    weight = (source - low).astype(np.float32)[:, None]
-    return feat[low] * (1 - weight) + feat[high] * weight
+    return low, high, (source - low).astype(np.float32)[:, None]

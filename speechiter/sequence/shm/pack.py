@@ -151,14 +151,16 @@ class SlotReader:
     ``shared``: the views are handed to the consumer, and the slot goes back to
     the table when the last of them dies. Otherwise the caller copies what it
     reads and releases the slot itself. See NOTE [ Zero-copy batches ] in slots.py.
+    ``pinned``: the slot's mapping is page-locked (NOTE [ Pinned slots ] in pinning.py).
     """
 
-    __slots__ = ("shared", "_mm", "_owner")
+    __slots__ = ("shared", "pinned", "_mm", "_owner")
 
-    def __init__(self, mm: Optional[mmap.mmap], owner: Optional[np.ndarray]):
+    def __init__(self, mm: Optional[mmap.mmap], owner: Optional[np.ndarray], pinned: bool = False):
         self._mm = mm
         self._owner = owner
         self.shared = owner is not None
+        self.pinned = pinned
 
     def __call__(self, ref: ArrayRef) -> np.ndarray:
         if self._owner is None:

@@ -46,6 +46,7 @@ import numpy as np
 from speechiter.batch_memory import install_allocator
 from speechiter.errors import ResourceError
 from speechiter.sequence.shm.pack import Arena, Packed, Packer, SlotReader
+from speechiter.sequence.shm.pinning import HostPins
 from speechiter.sequence.shm.segments import (check_available, close_map, create_segment, leftover_segments,
                                               open_segment, reserve_bytes, unlink_segment)
 
@@ -56,11 +57,13 @@ SHARE_MIN_BYTES = 1 << 16
 
 
 class SlotRef(NamedTuple):
-    """A slot of the table: its index and current segment (None = no segment yet)."""
+    """A slot of the table: its index and current segment (None = no segment yet), and how many of the
+    segment's bytes a worker has backed (NOTE [ Reserving slots ])."""
 
     index: int
     name: Optional[str]
     size: int
+    backed: int = 0
 
 
 def _grown(needed: int) -> int:
@@ -76,9 +79,13 @@ def _grown(needed: int) -> int:
 # rounded up to whole MiB (the small arrays after a batch's big one, and the
 # slightly larger batches that follow, need none of their own), and it is
 # remembered per segment name, not per mapping: the pages stay backed as long
-# as the segment lives, whichever slot brings it back to the worker. So a
-# worker reserves about once per segment, not once per batch. Where the
-# rounded reservation does not fit, the exact one is tried (and its error raised).
+# as the segment lives, whichever slot brings it back to the worker. The
+# worker reports it in its Packed's SlotRef (``backed``) and the table passes it
+# on with the slot, so a segment reserved by one worker is not reserved again by
+# the next one it goes to (a redundant fallocate still walks the range: ~0.3 ms
+# for 8 MiB). So a segment is reserved about once, not once per batch or per
+# worker. Where the rounded reservation does not fit, the exact one is tried
+# (and its error raised).
 
 
 def _backed(nbytes: int, size: int) -> int:
@@ -102,6 +109,8 @@ class SlotWriter:
     def _mapping(self, slot: SlotRef, needed: int):
         # See NOTE [ Slot ownership ]: a batch that does not fit gets a new, larger segment.
         cached = self._maps.get(slot.index)
+        if slot.backed > self._reserved.get(slot.name, 0):  # backed by another worker: NOTE [ Reserving slots ]
+            self._reserved[slot.name] = slot.backed
         if needed > slot.size:
             name, size = f"{self._prefix}{self._created}", _grown(needed)
             self._created += 1
@@ -109,7 +118,7 @@ class SlotWriter:
             self._reserved[name] = needed
         elif cached is not None and cached[0] == slot.name:
             self._reserve(slot.name, slot.size, needed)
-            return slot, cached[1]
+            return slot._replace(backed=self._reserved.get(slot.name, 0)), cached[1]
         else:
             name, size = slot.name, slot.size
             self._reserve(name, size, needed)
@@ -117,7 +126,7 @@ class SlotWriter:
         if cached is not None:
             close_map(cached[1])
         self._maps[slot.index] = (name, mm)
-        return SlotRef(slot.index, name, size), mm
+        return SlotRef(slot.index, name, size, self._reserved.get(name, 0)), mm
 
     def _reserve(self, name: str, size: int, nbytes: int) -> None:
         """Back ``nbytes`` of segment ``name`` before writing there (no SIGBUS when /dev/shm is full)."""
@@ -176,9 +185,11 @@ class SlotTable:
     NOTE [ Zero-copy batches ] and NOTE [ Segment cleanup ] in segments.py.
     """
 
-    def __init__(self, prefix: str, num_slots: int, max_viewed: int = 4, tracked: bool = False):
+    def __init__(self, prefix: str, num_slots: int, max_viewed: int = 4, tracked: bool = False,
+                 pins: Optional[HostPins] = None):
         check_available()
         self.prefix = prefix
+        self.pins = pins  # page-locks mappings read for CUDA copies: NOTE [ Pinned slots ] in pinning.py
         self.tracked = tracked  # NOTE [ Segments of a killed main process ] in segments.py
         self.max_viewed = max_viewed
         self.viewed = 0  # batches handed out as views whose slot did not come back yet
@@ -220,11 +231,10 @@ class SlotTable:
         """Record the segment a worker used for ``slot`` (it may be new)."""
         old = self._slots[slot.index]
         if old.name == slot.name:
+            if slot.backed > old.backed:
+                self._slots[slot.index] = slot  # NOTE [ Reserving slots ]
             return
-        mapped = self._maps[slot.index]
-        if mapped is not None:
-            close_map(mapped[1])
-            self._maps[slot.index] = None
+        self._unmap(slot.index)
         if old.name is not None:
             unlink_segment(old.name, self.tracked)
         self._slots[slot.index] = slot
@@ -232,11 +242,17 @@ class SlotTable:
     def _map(self, slot: SlotRef) -> mmap.mmap:
         mapped = self._maps[slot.index]
         if mapped is None or mapped[0] != slot.name:
-            if mapped is not None:
-                close_map(mapped[1])
+            self._unmap(slot.index)
             mapped = (slot.name, open_segment(slot.name, slot.size))
             self._maps[slot.index] = mapped
         return mapped[1]
+
+    def _unmap(self, index: int) -> None:
+        mapped, self._maps[index] = self._maps[index], None
+        if mapped is not None:
+            if self.pins is not None:
+                self.pins.unpin(mapped[1])  # before the mapping goes: NOTE [ Pinned slots ]
+            close_map(mapped[1])
 
     def reader(self, packed: Packed, share: bool) -> SlotReader:
         """Views of ``packed``'s arrays. Maps the segment now, in the calling thread.
@@ -248,11 +264,12 @@ class SlotTable:
         if slot.name is None:
             return SlotReader(None, None)
         mm = self._map(slot)
+        share = share and self.pins is None  # pinned slots are read by CUDA copies, never handed out
         if share and packed.nbytes:
             self.collect()
             share = self.viewed < self.max_viewed
         if not share or packed.nbytes == 0:
-            return SlotReader(mm, None)
+            return SlotReader(mm, None, pinned=self.pins is not None and self.pins.pin(mm))
         self.viewed += 1
         owner = np.frombuffer(mm, np.uint8, count=packed.nbytes)
         weakref.finalize(owner, self._freed.put, slot.index).atexit = False
@@ -266,10 +283,8 @@ class SlotTable:
 
         Mappings that batches still view stay mapped until those views die.
         """
-        for i, mapped in enumerate(self._maps):
-            if mapped is not None:
-                close_map(mapped[1])
-                self._maps[i] = None
+        for i in range(len(self._maps)):
+            self._unmap(i)
         for i, slot in enumerate(self._slots):
             if slot.name is not None:
                 unlink_segment(slot.name, self.tracked)
