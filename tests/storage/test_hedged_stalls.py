@@ -4,6 +4,7 @@ speechiter/sequence/hedge.py); the batches are the same, stalled or not."""
 import threading
 import time
 
+import psutil
 import pytest
 
 from speechiter.dataset.speech_text import SpeechTextDataset
@@ -36,6 +37,12 @@ def test_a_stalled_request_is_hedged_and_the_batches_are_the_same(s3_corpus, s3_
     assert checksums(folder, hedge=False) == (plain, (0, 0))
 
 
+def sockets_to(proxy):
+    """This process's open connections to the proxy."""
+    port = int(proxy.url.rsplit(":", 1)[1])
+    return sum(1 for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr[1] == port)
+
+
 def duplicated(proxy):
     """The GETs the proxy saw more than once (the same object and range)."""
     gets = [(path, byte_range) for _, path, byte_range in proxy.gets()]
@@ -51,10 +58,11 @@ def test_a_stalled_request_is_answered_by_its_duplicate_and_the_loser_leaves_not
     monkeypatch.setattr(hedged_requests, "MIN_SAMPLES", 4)  # the delay follows the latencies from the 4th
     folder = url_corpus(s3_corpus, tmp_path / "remote")
     plain, _ = checksums(folder, thread_type="thread")
+    connected = sockets_to(s3_proxy)
     s3_proxy.requests.clear()
     s3_proxy.stall_some(lambda n: n == 12, 30.0)  # held until the proxy is released
     try:
-        stalled, (copies, _) = checksums(folder, thread_type="thread")
+        stalled, _ = checksums(folder, thread_type="thread")
         assert stalled == plain and hedged_requests.counts["won"] >= 1
         assert len(duplicated(s3_proxy)) >= 1, s3_proxy.gets()
     finally:
@@ -63,6 +71,7 @@ def test_a_stalled_request_is_answered_by_its_duplicate_and_the_loser_leaves_not
     while hedged_requests._extra and time.monotonic() < deadline:
         time.sleep(0.02)
     assert hedged_requests._extra == 0
+    assert sockets_to(s3_proxy) <= connected + 1  # the duplicate's connection, back in the pool
     requesting = [t for t in threading.enumerate() if t.name.startswith("storage-request")]
     assert len(requesting) <= hedged_requests.POOL_THREADS
 
