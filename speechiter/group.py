@@ -4,7 +4,8 @@ A group (``train: {sup: ..., unsup: ...}``) runs its iterators (ordinary ones or
 speechiter/iterator/loadable.py) in lock step under its ``steps`` policy: see NOTE [ Group steps ] in
 speechiter/plan/steps.py for the rule, which positions are pure functions of (epoch, step).
 """
-from typing import Any, Dict, Iterator as PyIterator, List, Mapping, Optional, Tuple, Union
+import dataclasses
+from typing import Any, Dict, Iterable, Iterator as PyIterator, List, Mapping, Optional, Tuple, Union
 
 from speechiter.checks import check_choice, check_int
 from speechiter.config.groups import STEPS_POLICIES
@@ -12,7 +13,7 @@ from speechiter.errors import ConfigError
 from speechiter.iterator.loadable import Loadable
 from speechiter.plan.steps import LONGEST, SHORTEST, own_position, segments, steps_per_epoch
 from speechiter.skips import is_empty
-from speechiter.state import GroupState, check_step
+from speechiter.state import GroupState, check_changes, check_step
 from speechiter.state_versions import read_group_state
 
 __all__ = ["IteratorGroup", "GroupLoader", "build_group_loader", "policy_of", "group_steps"]
@@ -59,6 +60,7 @@ class GroupLoader:
         self.policy: str = check_choice(policy_of(group) if steps is None else steps, "steps", STEPS_POLICIES)
         self.prefetch_next = prefetch_next
         self.keep_empty = False  # yield steps whose batches lost every row (NOTE [ Empty steps ] in skips.py)
+        self.resume_notes: List[str] = []  # what a resume under a changed mix carried over (load_state)
         self.loaders: Dict[Any, List] = {}
         self.start_at(check_int(epoch, "epoch"), check_int(start_step, "start_step", minimum=0))
 
@@ -139,11 +141,22 @@ class GroupLoader:
         """Where this group stands."""
         return self.state_at(self.epoch, self.step)
 
-    def load_state(self, saved: GroupState, where: str = "state") -> None:
+    def load_state(self, saved: GroupState, where: str = "state", allow_changes: Iterable[str] = ()) -> None:
         """Continue from ``saved``: the next step is the one after it, on this group's layout (see NOTE
-        [ Group steps ]). Raises a ConfigError (at ``where``), and changes nothing, if it belongs to another
-        group or configuration, or its positions disagree."""
+        [ Group steps ]); ``allow_changes=["mix"]``: a mix of the group also resumes under changes of its own
+        (NOTE [ Changed mix ] in speechiter/iterator/mix_changes.py; ``resume_notes`` says what carried over).
+        Raises a ConfigError (at ``where``), and changes nothing, if it belongs to another group or
+        configuration, or its positions disagree."""
+        changes = check_changes(allow_changes)
         iterators = {str(name): it for name, it in self.iterators.items()}
+        saved.check_members(self.policy, iterators, where)
+        carried, notes = {}, []
+        for name, iterator in iterators.items():
+            carried[name], lines = iterator.carry_over(saved.iterators[name], changes, f"{where}.iterators.{name}")
+            if lines:
+                self._check_kept_length(saved.iterators[name], iterator, f"{where}.iterators.{name}")
+            notes += lines
+        saved = dataclasses.replace(saved, iterators=carried)
         saved.check_setup(self.policy, iterators, where)
         planners = {name: it.planner.continue_from(saved.iterators[name]) for name, it in iterators.items()}
         self._check_longest(saved, planners, where)
@@ -152,6 +165,15 @@ class GroupLoader:
         for name, iterator in iterators.items():
             iterator.planner = planners[name]
         self.start_at(saved.epoch, saved.step, f"{where}.step")
+        self.resume_notes = notes
+
+    def _check_kept_length(self, saved, mix, where: str) -> None:
+        """``longest`` places each iterator by its epoch length, so a changed mix in it keeps its
+        batches_per_epoch (See NOTE [ Changed mix ])."""
+        if self.policy == LONGEST and saved.schedule["batches_per_epoch"] != len(mix):
+            raise ConfigError(where, f"a mix in a steps: longest group keeps its batches_per_epoch on resume (the "
+                                     f"group places each iterator by its epoch length): saved "
+                                     f"{saved.schedule['batches_per_epoch']}, now {len(mix)}")
 
     def _check_longest(self, saved: GroupState, planners: Dict[str, Any], where: str) -> None:
         """``longest`` walks every iterator through epochs of one length (see NOTE [ Group steps ])."""
@@ -168,9 +190,10 @@ class GroupLoader:
         """Where this group stands (a GroupState as a dict): resume with :meth:`load_state_dict`."""
         return self.state().to_dict()
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue from a saved ``state_dict()``; a ConfigError if it is malformed or does not fit."""
-        self.load_state(read_group_state(state, "state"))
+    def load_state_dict(self, state: Dict[str, Any], allow_changes: Iterable[str] = ()) -> None:
+        """Continue from a saved ``state_dict()``; a ConfigError if it is malformed or does not fit.
+        ``allow_changes``: see :meth:`load_state`."""
+        self.load_state(read_group_state(state, "state"), allow_changes=allow_changes)
 
 
 def build_group_loader(iterators: Union[Loadable, Mapping[Any, Loadable]], epoch: int = 1, start_step: int = 0,

@@ -39,6 +39,7 @@ from speechiter.build import build_iterators, close_all
 from speechiter.config import GROUPS, load_config
 from speechiter.errors import ConfigError
 from speechiter.group import GroupLoader
+from speechiter.state import check_changes
 
 INSTALL_HINT = "pip install 'speechiter[lightning]'"
 #: the data_cfg groups each stage of a Trainer uses
@@ -91,10 +92,12 @@ class _Steps:
 class EpochLoader(_Steps):
     """A train group's batches, epoch after epoch; each pass is one epoch (see NOTE [ Lightning's loops ]).
 
-    ``state_dict()`` / ``load_state_dict()``: the group's state (speechiter.state.GroupState as a dict)."""
+    ``state_dict()`` / ``load_state_dict()``: the group's state (speechiter.state.GroupState as a dict);
+    ``allow_changes``: what a loaded state may find changed (GroupLoader.load_state)."""
 
-    def __init__(self, group, epoch: int = 1):
+    def __init__(self, group, epoch: int = 1, allow_changes=()):
         super().__init__(group)
+        self.allow_changes = allow_changes
         self._loader = GroupLoader(group, epoch)
         self._continues = True  # the next pass continues from _loader's position
 
@@ -125,7 +128,7 @@ class EpochLoader(_Steps):
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state`` in the next pass; a ConfigError if it belongs to another setup."""
         loader = GroupLoader(self.group)
-        loader.load_state_dict(state)
+        loader.load_state_dict(state, self.allow_changes)
         self.close()
         self._loader, self._continues = loader, True
 
@@ -153,12 +156,14 @@ class _SpeechData:
     """
 
     def __init__(self, data_cfg, seed: Optional[int] = None, num_workers: Optional[int] = None, root=None,
-                 overrides=(), **settings):
+                 overrides=(), resume_changes=(), **settings):
         """``data_cfg``: a recipe's path (loaded with ``overrides``, ``--set`` strings) or a data_cfg dict
         (relative paths against ``root``; see speechiter.build_iterators). ``seed``, ``num_workers`` and
         ``settings`` (engine, thread_type, out_type, ngpu, ...) go to build_iterators; the rank and the world
-        size come from the trainer."""
+        size come from the trainer. ``resume_changes=["mix"]``: a checkpoint's loader state resumes under a
+        changed mix (NOTE [ Changed mix ] in speechiter/iterator/mix_changes.py)."""
         super().__init__()
+        self.resume_changes = check_changes(resume_changes, "resume_changes")
         taken = sorted(set(settings) & set(FROM_TRAINER))
         if taken:
             raise TypeError(f"{', '.join(taken)}: set by the trainer (its global_rank and world_size), not here")
@@ -213,7 +218,7 @@ class _SpeechData:
     def train_dataloader(self) -> EpochLoader:
         """The train group's EpochLoader; the same one on every call of a fit."""
         if "train" not in self._loaders:
-            self._loaders["train"] = [EpochLoader(self._group("train"))]
+            self._loaders["train"] = [EpochLoader(self._group("train"), allow_changes=self.resume_changes)]
         return self._loaders["train"][0]
 
     def val_dataloader(self) -> EvalLoader:

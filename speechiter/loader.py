@@ -7,12 +7,12 @@ batches in plan order, each a :class:`speechiter.batch.Batch` carrying its
 ids (see NOTE [ Batch attributes ] in speechiter/batch.py).
 """
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from speechiter.batch import attach
 from speechiter.sequence.timing import BatchTiming
 from speechiter.skips import SkipLog, is_empty
-from speechiter.state import check_step
+from speechiter.state import check_changes, check_step
 from speechiter.state_versions import read_loader_state
 
 
@@ -32,6 +32,7 @@ class Loader:
         self.prefetch_next = prefetch_next
         self.stop_step = stop_step
         self.keep_empty = keep_empty
+        self.resume_notes: List[str] = []  # what a resume under a changed mix carried over (load_state_dict)
         self._start_at(epoch, start_step)
 
     def _start_at(self, epoch: int, start_step: int):
@@ -58,19 +59,23 @@ class Loader:
         """Where this loader stands: resume with :meth:`load_state_dict`. See speechiter.state."""
         return self.iterator.state_at(self.epoch, self.step).to_dict()
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: Dict[str, Any], allow_changes: Iterable[str] = ()) -> None:
         """Continue from a saved state (of any supported version): the next batch is the one after it, the
         rest of its epoch as the saved run planned it when saved on another layout (ranks, ngpu; see
-        NOTE [ Elastic resume ] in speechiter/plan/layout.py).
+        NOTE [ Elastic resume ] in speechiter/plan/layout.py). ``allow_changes=["mix"]``: a mix's state also
+        resumes under changed weights, batches_per_epoch or corpora (NOTE [ Changed mix ] in
+        speechiter/iterator/mix_changes.py); ``resume_notes`` then says what carried over.
 
         Raises a ConfigError, and changes nothing, if the state is malformed or belongs to another
         configuration.
         """
-        saved = read_loader_state(state)
+        changes = check_changes(allow_changes)
+        saved, notes = self.iterator.carry_over(read_loader_state(state), changes, "state")
         saved.check_setup(self.iterator)
         planner = self.iterator.planner.continue_from(saved)  # See NOTE [ Elastic resume ]
         check_step(saved.step, planner.epoch_len(saved.epoch), saved.epoch, "state.step")
         self.iterator.planner = planner
+        self.resume_notes = notes
         self._start_at(saved.epoch, saved.step)
 
     def __len__(self):

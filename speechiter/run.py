@@ -22,7 +22,7 @@ from speechiter.launch import Launcher, check_launch, init_distributed
 from speechiter.messages import report_error, warnings_as_lines
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
-from speechiter.state import GroupState
+from speechiter.state import RESUME_CHANGES, GroupState
 from speechiter.state_files import StateFiles
 from speechiter.user_files import check_output
 
@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--distributed", action="store_true", help="run under torchrun (torch.distributed)")
     parser.add_argument("--save_state", metavar="FILE", help="write the run's state after every train step")
     parser.add_argument("--resume", metavar="FILE", help="continue a train run from a --save_state file")
+    parser.add_argument("--resume_changes", action="append", default=[], choices=RESUME_CHANGES,
+                        help="what --resume may find changed: mix (a mix's weights, batches_per_epoch, corpora)")
     parser.add_argument("--plot", metavar="FILE", help="draw each iterator's first-epoch batches (needs matplotlib)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     args = parser.parse_args(argv)
@@ -87,10 +89,12 @@ class CommandLineRun:
     def resume(self, path: str):
         """Continue from --save_state files (see NOTE [ State files ] in speechiter/state_files.py)."""
         train = GroupLoader(self.iterators["train"])
-        source, saved = self.states.resume(path, train)
+        source, saved = self.states.resume(path, train, self.args.resume_changes)
         if source != path and not self.args.distributed:
             print(f"speechiter: --resume {path}: continuing from {source} (epoch {saved.epoch} step {saved.step}), "
                   f"the earliest rank of the run that saved it", file=sys.stderr)
+        for line in train.resume_notes if self.rank == 0 else ():  # See NOTE [ Changed mix ]
+            print(f"speechiter: resume: {line}", file=sys.stderr)
         if saved.epoch > self.args.epochs:
             print(f"speechiter: {source} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
                   file=sys.stderr)
@@ -188,6 +192,8 @@ def _progress(total: int, desc: str, quiet: bool):
 def run(args) -> int:
     started = time.perf_counter()
     check_launch(args.distributed)
+    if args.resume_changes and not args.resume:
+        raise ConfigError("--resume_changes", "applies with --resume (what the resumed state may find changed)")
     data_cfg = load_config(args.data_cfg, args.set)
     mode = args.mode or ("train" if "train" in data_cfg else "test")
     if mode not in data_cfg:

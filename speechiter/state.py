@@ -8,7 +8,8 @@ States nest by level, each a small frozen record:
   instead of two hashes, and the layout of its epoch (NOTE [ Elastic resume ]
   in speechiter/plan/layout.py);
 - ``MixState``: a mix (speechiter/iterator/mix.py) at (epoch, step), its
-  schedule, and each corpus's LoaderState at that corpus's own position;
+  schedule and where it started, and each corpus's LoaderState at that
+  corpus's own position;
 - ``GroupState``: a group (speechiter.group) at (epoch, step) under its
   ``steps`` policy, with each iterator's state at that iterator's own position
   (see NOTE [ Group steps ] in speechiter/plan/steps.py), checked to agree;
@@ -18,22 +19,45 @@ States nest by level, each a small frozen record:
 ``to_dict`` gives the saved form (speechiter/state_keys.py); a saved dict of
 any supported version becomes these records through speechiter/state_versions.py
 only, which also computes the fingerprints an old version holds (``scheme``).
-``check_setup`` says what differs from the current setup. The Python API
+``check_setup`` says what differs from the current setup; what a resume may
+change beyond the layout is opted into (``RESUME_CHANGES``: ``mix``, NOTE
+[ Changed mix ] in speechiter/iterator/mix_changes.py). The Python API
 (``Loader`` / ``GroupLoader.state_dict``) and the CLI (``--save_state`` /
 ``--resume``, speechiter/state_files.py) share these records. Resuming costs
 O(1) batches: the plan is recomputed and cut at the step; no skipped batch is read.
 """
 import dataclasses
-from typing import Any, Dict, List, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Protocol, Union, runtime_checkable
 
 from speechiter.errors import ConfigError
 from speechiter.fingerprints import settings_differences
 from speechiter.plan.layout import Layout
+from speechiter.plan.schedule import ScheduleStart
 from speechiter.state_keys import (CURRENT, KEY_BATCHES, KEY_CONFIG, KEY_EPOCH, KEY_GROUP, KEY_ITERATORS, KEY_LAYOUT,
-                                   KEY_MODE, KEY_NAME, KEY_POLICY, KEY_SEED, KEY_SETTINGS, KEY_SOURCES, KEY_STEP,
-                                   KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE, STATE_VERSION)
+                                   KEY_MODE, KEY_NAME, KEY_POLICY, KEY_SCHEDULE_START, KEY_SEED, KEY_SETTINGS,
+                                   KEY_SOURCES, KEY_STEP, KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE, STATE_VERSION)
 
-__all__ = ["STATE_VERSION", "Stateful", "LoaderState", "MixState", "GroupState", "RunState", "check_step"]
+__all__ = ["STATE_VERSION", "RESUME_CHANGES", "Stateful", "LoaderState", "MixState", "GroupState", "RunState",
+           "check_step", "check_changes"]
+
+#: what a resume may change when asked to (``--resume_changes``, ``load_state_dict(allow_changes=...)``):
+#: a mix's weights, epoch and corpora (NOTE [ Changed mix ] in speechiter/iterator/mix_changes.py)
+RESUME_CHANGES = ("mix",)
+
+
+def check_changes(changes: Union[str, Iterable[str], None], where: str = "allow_changes") -> FrozenSet[str]:
+    """What a resume may change beyond the layout: some of RESUME_CHANGES (a lone name or several)."""
+    if changes is None:
+        return frozenset()
+    names = [changes] if isinstance(changes, str) else changes
+    try:
+        names = list(names)
+    except TypeError:
+        raise ConfigError(where, f"expected some of {', '.join(RESUME_CHANGES)}, got {changes!r}"[:200]) from None
+    for name in names:
+        if name not in RESUME_CHANGES:
+            raise ConfigError(where, f"expected some of {', '.join(RESUME_CHANGES)}, got {name!r}"[:200])
+    return frozenset(names)
 
 
 @runtime_checkable
@@ -72,13 +96,22 @@ _SETUP = {KEY_NAME: "iterator", KEY_SEED: "seed", KEY_CONFIG: "configuration", K
           KEY_BATCHES: "number of batches"}
 
 
+def setup_differences(saved: "State", iterator) -> List[str]:
+    """Every difference between ``saved``'s setup and ``iterator``'s now, in ``saved``'s scheme."""
+    config, settings = iterator.configuration(saved.scheme)
+    view, batches = iterator.view_digest(saved.scheme)
+    current = dataclasses.replace(saved, iterator=iterator.name, seed=iterator.seed, config=config, view=view,
+                                  batches=batches, settings=settings)
+    differences = _differences(saved, current, _SETUP)
+    ngpu = iterator.layout_of(saved.epoch).ngpu
+    if differences and saved.layout is not None and saved.layout.ngpu != ngpu and saved.view != view:
+        differences.append(f"the batching rule depends on ngpu, saved {saved.layout.ngpu}, now {ngpu}")
+    return differences
+
+
 def _check_same_setup(saved: "State", iterator, where: str) -> None:
     """Raise a ConfigError naming every difference between ``saved`` and ``iterator``'s current setup."""
-    current = iterator.state_at(saved.epoch, saved.step, saved.scheme)
-    differences = _differences(saved, current, _SETUP)
-    if differences and saved.layout is not None and saved.layout.ngpu != current.layout.ngpu and (
-            saved.view != current.view):
-        differences.append(f"the batching rule depends on ngpu, saved {saved.layout.ngpu}, now {current.layout.ngpu}")
+    differences = setup_differences(saved, iterator)
     if differences:
         raise ConfigError(where, "the state was saved with a different setup (" + "; ".join(differences) + ")")
 
@@ -122,7 +155,8 @@ class MixState:
     """Where a mix's loader stands: step ``step`` of its ``epoch`` done; each corpus's state is at that
     corpus's own position (``corpora``; see NOTE [ Mixing corpora ] in speechiter/iterator/mix.py).
     ``schedule``: ``{"version", "batches_per_epoch", "weights": {corpus: "7/10"}}``, the schedule the
-    positions follow (None where the saved settings do not say)."""
+    positions follow (None where the saved settings do not say); ``start``: where that schedule began,
+    None at the mix's first step (NOTE [ Changed mix ] in speechiter/iterator/mix_changes.py)."""
 
     iterator: str
     epoch: int
@@ -136,20 +170,25 @@ class MixState:
     settings: Optional[Dict[str, Any]] = None
     layout: Optional[Layout] = None
     scheme: str = CURRENT
+    start: Optional[ScheduleStart] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return _saved_form(self, {KEY_SOURCES: {name: state.to_dict() for name, state in self.corpora.items()}})
+        fields = {KEY_SOURCES: {name: state.to_dict() for name, state in self.corpora.items()}}
+        if self.start is not None:
+            fields[KEY_SCHEDULE_START] = self.start.to_dict()
+        return _saved_form(self, fields)
 
     def check_setup(self, mix, where: str = "state") -> None:
         """Raise a ConfigError unless this state was saved by ``mix`` as it is now: the same setup, the same
-        corpora, each with the same setup and at the position the mix's (epoch, step) puts it."""
+        corpora, each with the same setup and at the position the mix's (epoch, step) puts it under the
+        state's schedule start."""
         _check_same_setup(self, mix, where)
         where = f"{where}.{KEY_SOURCES}"
         if not getattr(mix, "mixed", False):
             raise ConfigError(where, "saved by a mixed iterator")
         if sorted(self.corpora) != sorted(mix.names):
             raise ConfigError(where, f"saved for corpora {sorted(self.corpora)}, this mix has {sorted(mix.names)}")
-        positions = mix.planner.own_positions(self.epoch, self.step)
+        positions = mix.planner.with_start(self.start).own_positions(self.epoch, self.step)
         for name, position in positions.items():
             saved = self.corpora[name]
             saved.check_setup(mix.iterators[name], f"{where}.{name}")
@@ -184,14 +223,19 @@ class GroupState:
         return {KEY_VERSION: STATE_VERSION, KEY_EPOCH: self.epoch, KEY_STEP: self.step, KEY_POLICY: self.steps,
                 KEY_ITERATORS: {name: state.to_dict() for name, state in self.iterators.items()}}
 
-    def check_setup(self, policy: str, iterators: Dict[str, Any], where: str = "state") -> None:
-        """Raise a ConfigError unless this state was saved by a group like this one: the same ``policy``
-        and iterators (``{str(name): iterator}``), each with the same setup."""
+    def check_members(self, policy: str, iterators: Dict[str, Any], where: str = "state") -> None:
+        """Raise a ConfigError unless this state was saved by a group of the same ``policy`` and iterator
+        names (``{str(name): iterator}``)."""
         if self.steps is not None and self.steps != policy:
             raise ConfigError(f"{where}.{KEY_POLICY}", f"saved with steps: {self.steps}, this group has {policy}")
         if sorted(self.iterators) != sorted(iterators):
             raise ConfigError(f"{where}.{KEY_ITERATORS}", f"saved for iterators {sorted(self.iterators)}, "
                                                           f"this group has {sorted(iterators)}")
+
+    def check_setup(self, policy: str, iterators: Dict[str, Any], where: str = "state") -> None:
+        """Raise a ConfigError unless this state was saved by a group like this one: the same ``policy``
+        and iterators (``{str(name): iterator}``), each with the same setup."""
+        self.check_members(policy, iterators, where)
         for name, iterator in iterators.items():
             self.iterators[name].check_setup(iterator, f"{where}.{KEY_ITERATORS}.{name}")
 

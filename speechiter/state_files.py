@@ -42,13 +42,15 @@ that were killed are removed there, and at ``--resume``.
 """
 import glob
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from speechiter.build import flat_iterators
+from speechiter.config import iterator_label
 from speechiter.dump import rank_files, rank_path, split_rank
 from speechiter.errors import ConfigError
 from speechiter.group import policy_of
-from speechiter.state import GroupState, RunState
+from speechiter.iterator.loadable import Loadable
+from speechiter.state import GroupState, MixState, RunState
 from speechiter.state_keys import CURRENT, ELASTIC_VERSION
 from speechiter.state_versions import read_run_state, run_configuration
 from speechiter.user_files import read_json, write_json_atomic
@@ -125,11 +127,28 @@ def earliest(states: List[Tuple[str, RunState]]) -> Tuple[str, RunState]:
     return min(states, key=lambda item: (item[1].epoch, item[1].step))
 
 
-def configuration_of(iterators: Dict, scheme: str) -> Tuple[str, Dict[str, Dict[str, Any]]]:
+def configuration_of(iterators: Dict, scheme: str, kept: Optional[Dict[str, Tuple]] = None) -> Tuple[str, Dict]:
     """A run's config fingerprint and ``{label: settings summary}`` of build_iterators()'s ``iterators``, as a
-    state of ``scheme`` holds them (NOTE [ State versions ] in speechiter/state_versions.py)."""
+    state of ``scheme`` holds them (NOTE [ State versions ] in speechiter/state_versions.py); ``kept``:
+    ``{label: (config, summary)}`` taken as they are (see :func:`saved_mixes`)."""
     policy = policy_of(iterators["train"]) if "train" in iterators else "shortest"
-    return run_configuration({label: it.configuration(scheme) for label, it in flat_iterators(iterators)}, policy)
+    configurations = {label: it.configuration(scheme) for label, it in flat_iterators(iterators)}
+    return run_configuration({**configurations, **(kept or {})}, policy)
+
+
+def saved_mixes(iterators: Dict, saved: RunState) -> Dict[str, Tuple]:
+    """``{label: (config, summary)}`` of ``saved`` for each train mix that its own state checks, changes
+    allowed or not (NOTE [ Changed mix ] in speechiter/iterator/mix_changes.py): the run's check leaves them
+    out."""
+    train = iterators.get("train")
+    group = {None: train} if isinstance(train, Loadable) else train or {}
+    kept = {}
+    for name, iterator in group.items():
+        state = saved.train.iterators.get(str(name))
+        if getattr(iterator, "mixed", False) and isinstance(state, MixState):
+            label = iterator_label("train", None, name)
+            kept[label] = (state.config, (saved.settings or {}).get(label))
+    return kept
 
 
 def remove_temporaries(path: str) -> None:
@@ -165,20 +184,25 @@ class StateFiles:
         self.path = rank_path(save_state, rank) if save_state and distributed else save_state
         self.config, self.settings = configuration_of(iterators, CURRENT)
 
-    def state(self, train: GroupState, scheme: str = CURRENT) -> RunState:
-        """The run's state with the train group at ``train`` (``scheme``: as an older state holds it)."""
-        if scheme != CURRENT:
-            config, settings = configuration_of(self.iterators, scheme)
-            return RunState(self.seed, config, train, settings=settings, scheme=scheme)
+    def state(self, train: GroupState, scheme: str = CURRENT, kept: Optional[Dict[str, Tuple]] = None) -> RunState:
+        """The run's state with the train group at ``train`` (``scheme``: as an older state holds it; ``kept``:
+        see :func:`configuration_of`)."""
+        if scheme != CURRENT or kept:
+            config, settings = configuration_of(self.iterators, scheme, kept)
+            world_size = self.world_size if scheme == CURRENT else None
+            return RunState(self.seed, config, train, settings=settings, scheme=scheme, world_size=world_size)
         return RunState(self.seed, self.config, train, settings=self.settings, world_size=self.world_size)
 
-    def resume(self, path: str, train) -> Tuple[str, RunState]:
-        """Put the train group (a GroupLoader) where the saving run stands; ``(file, state)`` it resumes from."""
+    def resume(self, path: str, train, allow_changes: Iterable[str] = ()) -> Tuple[str, RunState]:
+        """Put the train group (a GroupLoader) where the saving run stands; ``(file, state)`` it resumes from.
+        ``allow_changes``: see GroupLoader.load_state."""
         states = saved_states(path, self.rank, self.distributed)
         for source, saved in states:
-            saved.check_fits(self.state(train.state_at(saved.epoch, saved.step), saved.scheme), WHERE, source)
+            current = self.state(train.state_at(saved.epoch, saved.step), saved.scheme,
+                                 saved_mixes(self.iterators, saved))
+            saved.check_fits(current, WHERE, source)
         source, saved = earliest(states)
-        train.load_state(saved.train, f"{WHERE} {source}: train")
+        train.load_state(saved.train, f"{WHERE} {source}: train", allow_changes)
         if self.rank == 0:  # no rank writes before the barrier
             for name, _ in states:
                 remove_temporaries(name)

@@ -7,9 +7,10 @@ from typing import Any, Dict
 from speechiter.checks import check_int
 from speechiter.errors import ConfigError
 
-STATE_VERSION = 4
-SUPPORTED_VERSIONS = (1, 2, 3, 4)  # see speechiter/state_versions.py
+STATE_VERSION = 5
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)  # see speechiter/state_versions.py
 ELASTIC_VERSION = 4  # the first version whose states resume on another layout
+MIX_CHANGES_VERSION = 5  # the first version whose mix states may hold where their schedule started
 CURRENT = "current"  # the fingerprints of today's states (a record's ``scheme``; see state_versions.py)
 KEY_VERSION = "version"
 KEY_NAME = "iterator"
@@ -26,6 +27,7 @@ KEY_GROUP = "train"  # the train group's state in a run state
 KEY_SETTINGS = "settings"  # optional: absent in version 1 files
 KEY_LAYOUT = "layout"  # from version 4: the layout of the state's epoch
 KEY_SOURCES = "sources"  # optional: a mix's corpora, each at its own position (MixState.corpora)
+KEY_SCHEDULE_START = "schedule_start"  # optional from version 5: where a mix's schedule started (MixState.start)
 KEY_WORLD_SIZE = "world_size"  # from version 4: the ranks of the run that saved a run state
 LOADER_KEYS = (KEY_VERSION, KEY_NAME, KEY_EPOCH, KEY_STEP, KEY_SEED, KEY_CONFIG, KEY_VIEW, KEY_BATCHES)
 GROUP_KEYS = (KEY_VERSION, KEY_EPOCH, KEY_STEP, KEY_POLICY, KEY_ITERATORS)
@@ -47,9 +49,10 @@ def check_settings(value: Any, where: str, nested: bool = False) -> Any:
 
 
 def check_keys(data: Any, keys: tuple, where: str, what: str, optional: tuple = (KEY_SETTINGS,),
-                elastic: tuple = ()) -> Dict[str, Any]:
-    """The dict ``data`` with exactly ``keys`` (and maybe ``optional``; ``elastic`` from version 4 on), a
-    supported version and values of the right kinds, else ConfigError."""
+                elastic: tuple = (), newer: Dict[int, tuple] = None) -> Dict[str, Any]:
+    """The dict ``data`` with exactly ``keys`` (and maybe ``optional``; ``elastic`` from version 4 on; the
+    optional keys ``newer[v]`` from version v on), a supported version and values of the right kinds, else
+    ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError(where, f"expected a state dict, got {type(data).__name__}")
     version = data.get(KEY_VERSION, STATE_VERSION)
@@ -58,6 +61,7 @@ def check_keys(data: Any, keys: tuple, where: str, what: str, optional: tuple = 
                                                     f"{', '.join(map(str, SUPPORTED_VERSIONS[:-1]))} or "
                                                     f"{SUPPORTED_VERSIONS[-1]})")
     keys = keys + (elastic if version >= ELASTIC_VERSION else ())
+    optional = optional + tuple(key for since, added in (newer or {}).items() if version >= since for key in added)
     unknown = sorted(set(data) - set(keys) - set(optional))
     if unknown:
         shown = ", ".join(key if key.isidentifier() else repr(key) for key in map(str, unknown))

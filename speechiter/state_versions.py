@@ -18,10 +18,13 @@ form and in how their fingerprints were made (a record's ``scheme``):
   base view, as lists, and ``batches`` of this rank's view;
 - version 4 (scheme ``current``): the layout of the epoch apart (``layout``),
   the run's world size, the base view's fingerprint over its id arrays; it
-  resumes on any layout (NOTE [ Elastic resume ] in speechiter/plan/layout.py).
+  resumes on any layout (NOTE [ Elastic resume ] in speechiter/plan/layout.py);
+- version 5 (scheme ``current``): as 4; a mix's state may also hold where its
+  schedule started (``schedule_start``), after a resume under a changed mix
+  (NOTE [ Changed mix ] in speechiter/iterator/mix_changes.py).
 
 A mix's state (``sources``: its corpora's states) is a MixState in every
-version that has one (3 and 4); its fingerprints are made of its corpora's in
+version that has one (3 to 5); its fingerprints are made of its corpora's in
 the same scheme. Old schemes count a fixed list of options
 (:data:`LAYOUT_OPTIONS`), so an option added to BatchOptions never changes
 them. Only today's form is ever written.
@@ -33,11 +36,13 @@ from speechiter.errors import ConfigError
 from speechiter.fingerprints import batches_fingerprint, fingerprint, settings_summary, view_fingerprint
 from speechiter.plan.layout import Layout
 from speechiter.plan.options import BatchOptions
+from speechiter.plan.schedule import ScheduleStart
 from speechiter.state import GroupState, LoaderState, MixState, RunState
 from speechiter.state_keys import (CURRENT, ELASTIC_VERSION, FLAT_RUN_KEYS, GROUP_KEYS, KEY_BATCHES, KEY_CONFIG,
                                    KEY_EPOCH, KEY_GROUP, KEY_ITERATORS, KEY_LAYOUT, KEY_MODE, KEY_NAME, KEY_POLICY,
-                                   KEY_SEED, KEY_SETTINGS, KEY_SOURCES, KEY_STEP, KEY_VERSION, KEY_VIEW, KEY_WORLD_SIZE,
-                                   LOADER_KEYS, RUN_KEYS, check_keys, check_settings)
+                                   KEY_SCHEDULE_START, KEY_SEED, KEY_SETTINGS, KEY_SOURCES, KEY_STEP, KEY_VERSION,
+                                   KEY_VIEW, KEY_WORLD_SIZE, LOADER_KEYS, MIX_CHANGES_VERSION, RUN_KEYS, check_keys,
+                                   check_settings)
 
 LAYOUT, LAYOUT_FREE_3 = "layout", "layout-free 3"  # the schemes of older states (see NOTE [ State versions ])
 #: the options that versions 1 to 3 fingerprint, in their order (``evaluation`` only on several ranks)
@@ -108,13 +113,15 @@ def _schedule(settings: Optional[Dict[str, Any]], names) -> Optional[Dict[str, A
 def read_loader_state(data: Any, where: str = "state"):
     """A saved loader state (a mix's: a MixState), checked: a ConfigError names the bad key."""
     fields = check_keys(data, LOADER_KEYS, where, "a loader state", optional=(KEY_SETTINGS, KEY_SOURCES),
-                        elastic=(KEY_LAYOUT,))
+                        elastic=(KEY_LAYOUT,), newer={MIX_CHANGES_VERSION: (KEY_SCHEDULE_START,)})
     settings = check_settings(fields.get(KEY_SETTINGS), f"{where}.{KEY_SETTINGS}")
     layout = Layout.from_dict(fields[KEY_LAYOUT], f"{where}.{KEY_LAYOUT}") if KEY_LAYOUT in fields else None
     common = dict(iterator=fields[KEY_NAME], epoch=fields[KEY_EPOCH], step=fields[KEY_STEP], seed=fields[KEY_SEED],
                   config=fields[KEY_CONFIG], view=fields[KEY_VIEW], batches=fields[KEY_BATCHES], settings=settings,
                   layout=layout)
     if fields.get(KEY_SOURCES) is None:
+        if fields.get(KEY_SCHEDULE_START) is not None:
+            raise ConfigError(f"{where}.{KEY_SCHEDULE_START}", "only a mix's state (with sources) has one")
         return LoaderState(**common, scheme=_scheme(fields))
     corpora = fields[KEY_SOURCES]
     if not isinstance(corpora, dict):
@@ -122,7 +129,23 @@ def read_loader_state(data: Any, where: str = "state"):
                                                    f"{type(corpora).__name__}")
     corpora = {str(name): read_loader_state(state, f"{where}.{KEY_SOURCES}.{name}") for name, state in corpora.items()}
     schemes = {state.scheme for state in corpora.values()} or {_scheme(fields)}
-    return MixState(**common, corpora=corpora, schedule=_schedule(settings, list(corpora)), scheme=schemes.pop())
+    start = _schedule_start(fields, list(corpora), f"{where}.{KEY_SCHEDULE_START}")
+    return MixState(**common, corpora=corpora, schedule=_schedule(settings, list(corpora)), scheme=schemes.pop(),
+                    start=start)
+
+
+def _schedule_start(fields: Dict[str, Any], names, where: str) -> Optional[ScheduleStart]:
+    """A mix state's schedule start, checked against its corpora and position (None where it has none)."""
+    if fields.get(KEY_SCHEDULE_START) is None:
+        return None
+    start = ScheduleStart.from_dict(fields[KEY_SCHEDULE_START], where)
+    if sorted(start.counts) != sorted(names):
+        raise ConfigError(f"{where}.counts", f"counts corpora {sorted(start.counts)}, the state's sources are "
+                                             f"{sorted(names)}")
+    if (start.epoch, start.step) > (fields[KEY_EPOCH], fields[KEY_STEP]):
+        raise ConfigError(where, f"the schedule starts at {start}, after the state's epoch {fields[KEY_EPOCH]} "
+                                 f"step {fields[KEY_STEP]}")
+    return start
 
 
 def _loader_states(value: Any, where: str) -> Dict[str, Any]:

@@ -18,6 +18,7 @@
 - Markers (setup.cfg): ``slow`` (processes, servers), ``nightly`` (measures, or resolves against the
   package index): nightly tests run only when ``-m`` names them (``-m nightly``), never by default;
   ``cuda`` (needs a GPU): skipped where torch sees none.
+- Under pytest-xdist the tests of ``long_tests.txt`` run first (measured with ``--durations``).
 - ``no_leaks`` (autouse): after every test (at its module's end when it uses a
   module- or session-scoped fixture), no child process or loading worker, no
   /dev/shm segment of this process and no engine thread (``speechiter-*``).
@@ -191,9 +192,19 @@ def pytest_collection_modifyitems(config, items):
         if not torch.cuda.is_available():
             for item in cuda:
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _long_tests_first(items)
     if "nightly" in (config.option.markexpr or ""):
         return
     kept = [item for item in items if item.get_closest_marker("nightly") is None]
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("nightly")])
         items[:] = kept
+
+
+def _long_tests_first(items) -> None:
+    """Under pytest-xdist, the tests of tests/long_tests.txt first (each worker collects the same order): the
+    long ones spread over the workers at the start instead of one of them running the last alone."""
+    listed = (Path(__file__).parent / "long_tests.txt").read_text().split("\n")
+    rank = {node_id: index for index, node_id in enumerate(line for line in listed if line and line[0] != "#")}
+    items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # stable: the rest keep their order

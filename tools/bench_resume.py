@@ -2,6 +2,7 @@
 
     python tools/bench_resume.py                         # 1.1M utterances, resume at step 1,000,000
     python tools/bench_resume.py --num 200000 --step 150000 --batches 2000
+    python tools/bench_resume.py --parts 3                # the mix resume under changed weights only
 
 1. Deep resume: an abs.Iterator with batch_size 1 over NUM utterances (a
    ``make_corpus --lengths_only`` corpus, a Dataset that reads no audio), on
@@ -15,6 +16,13 @@
    STEP2, after an elastic resume (a state of 4 ranks) and in a fresh run
    (``build_loader(1, STEP2)``), best of 3 alternating runs; the ratio should
    be 1.
+3. Mix resume: a mix (batches_per_epoch NUM) of two corpora over the same
+   utterances (batch_size 1 and 2), weights 0.7/0.3, saved at step STEP of
+   epoch 1; the time from ``build_loader()`` + ``load_state_dict()`` to the
+   first batch in a mix of the same weights (a plain resume) and in one of
+   0.5/0.5 (``allow_changes=["mix"]``: NOTE [ Changed mix ] in
+   speechiter/iterator/mix_changes.py), fresh corpora each, built before the
+   clock; best of 3 alternating runs, and the ratio (changed / plain).
 """
 import argparse
 import sys
@@ -27,12 +35,14 @@ sys.path[:0] = [str(TOOLS.parent), str(TOOLS)]
 
 from bench_scale import TouchDataset, corpus  # noqa: E402
 from speechiter.iterator.abs import Iterator  # noqa: E402
+from speechiter.iterator.mix import MixIterator  # noqa: E402
 
 
-def make(root: Path, batch_size: int, rank: int, world_size: int, engine: str = "inline", workers: int = 0):
+def make(root: Path, batch_size: int, rank: int, world_size: int, engine: str = "inline", workers: int = 0,
+         name: str = "train"):
     return Iterator(dataset_type=TouchDataset, dataset_conf={"main_data": {"feat": str(root / "idx2wav")}},
                     data_len=str(root / "idx2wav_len"), batch_size=batch_size, rank=rank, world_size=world_size,
-                    engine=engine, num_workers=workers, out_type="null", name="train")
+                    engine=engine, num_workers=workers, out_type="null", name=name)
 
 
 def state_at(root: Path, batch_size: int, world_size: int, step: int) -> dict:
@@ -107,6 +117,47 @@ def bench_throughput(root: Path, step: int, batches: int):
               f"{best['elastic'] / best['fresh']:.3f}")
 
 
+def make_mix(root: Path, num: int, weights: dict, engine: str = "inline", workers: int = 0) -> MixIterator:
+    corpora = {"a": make(root, 1, 0, 1, name="train/a"), "b": make(root, 2, 0, 1, name="train/b")}
+    return MixIterator(corpora, weights, batches_per_epoch=num, engine=engine, num_workers=workers, out_type="null",
+                       name="train")
+
+
+def mix_first_batch(root: Path, num: int, weights: dict, state: dict, engine: str, workers: int,
+                    changes=()) -> float:
+    mix = make_mix(root, num, weights, engine, workers)
+    try:
+        mix.engine()  # the workers start before the clock
+        started = time.perf_counter()
+        loader = mix.build_loader(1, prefetch_next=False)
+        loader.load_state_dict(state, allow_changes=changes)
+        next(iter(loader))
+        return time.perf_counter() - started
+    finally:
+        mix.close()
+
+
+def bench_mix_resume(root: Path, num: int, step: int, repeats: int = 3):
+    saving = make_mix(root, num, {"a": 0.7, "b": 0.3})
+    try:
+        state = saving.state_at(1, step).to_dict()
+    finally:
+        saving.close()
+    print(f"\n== Mix resume at step {step:,} of a mix of two corpora (epoch {num:,} batches), weights 0.7/0.3: seconds "
+          f"to the first batch (best of {repeats})")
+    print(f"{'engine':<22} | {'plain resume':>12} | {'changed weights 0.5/0.5':>23} | ratio")
+    for engine, workers in (("inline", 0), ("msequence", 2)):
+        runs = {"plain": [], "changed": []}
+        for _ in range(repeats):
+            runs["plain"].append(mix_first_batch(root, num, {"a": 0.7, "b": 0.3}, state, engine, workers))
+            runs["changed"].append(mix_first_batch(root, num, {"a": 0.5, "b": 0.5}, state, engine, workers,
+                                                   changes=["mix"]))
+        best = {label: min(values) for label, values in runs.items()}
+        print(f"{engine + f' ({workers} workers)':<22} | {best['plain']:>11.3f}s | {best['changed']:>22.3f}s | "
+              f"{best['changed'] / best['plain']:.2f}")
+    return best
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num", type=int, default=1_100_000, help="utterances (batches in part 1)")
@@ -114,11 +165,18 @@ def main(argv=None):
     parser.add_argument("--step2", type=int, default=5_000, help="the resume step of part 2")
     parser.add_argument("--batches", type=int, default=3_000, help="batches timed in part 2")
     parser.add_argument("--workdir", type=Path, help="where the corpus is made (default: a temporary folder)")
+    parser.add_argument("--parts", default="1,2,3", help="which parts to run (default: 1,2,3)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each kind in part 3 (the best counts)")
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         root = corpus(args.workdir or Path(tmp), args.num)
-        bench_deep_resume(root, args.num, args.step)
-        bench_throughput(root, args.step2, args.batches)
+        if "1" in parts:
+            bench_deep_resume(root, args.num, args.step)
+        if "2" in parts:
+            bench_throughput(root, args.step2, args.batches)
+        if "3" in parts:
+            return bench_mix_resume(root, args.num, args.step, args.repeats)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,13 @@ of Iterators). What they share is small:
 - ``planner``: the epoch planner (speechiter/plan/epochs.py, speechiter/plan/mixed.py), whose
   ``continue_from(state)`` returns a new planner or raises; ``epoch_len``, ``layout_of``, ``epoch_tasks``;
 - ``state_at(epoch, step)``: its state record there (speechiter.state), ``configuration`` and ``view_digest``:
-  the fingerprints a state of a scheme holds (speechiter/state_versions.py);
+  the fingerprints a state of a scheme holds (speechiter/state_versions.py); ``carry_over``: a saved state in
+  its terms (a changed mix's);
 - ``build_loader``, ``reader``, ``engine`` (one per iterator, its workers kept across epochs), ``close``.
 """
 import abc
 import weakref
-from typing import Any, List, Optional, Tuple
+from typing import Any, FrozenSet, List, Optional, Tuple
 
 from speechiter.engine import Engine, EngineSettings, make_engine
 from speechiter.plan.layout import Layout
@@ -76,6 +77,12 @@ class Loadable(abc.ABC):
     @abc.abstractmethod
     def state_at(self, epoch: int, step: int, scheme: str = CURRENT):
         """Its state when ``step`` steps of ``epoch`` are done (a LoaderState, or a mix's MixState)."""
+
+    def carry_over(self, saved, changes: FrozenSet[str] = frozenset(), where: str = "state") -> Tuple[Any, List[str]]:
+        """``(state, lines)``: a saved state in this iterator's terms, and what carried over, one line each, where
+        a resume may change more than the layout (``changes``: a mix's, NOTE [ Changed mix ] in
+        speechiter/iterator/mix_changes.py); here the state as it is."""
+        return saved, []
 
     # --- loading ------------------------------------------------------------------------------
     @abc.abstractmethod

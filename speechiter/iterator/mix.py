@@ -28,7 +28,8 @@ required: a mix has no natural epoch).
 - State: the mix's (epoch, step) decides every corpus's position; its state
   (speechiter.state.MixState) holds its schedule and each corpus's
   LoaderState at its own position (saved under ``sources``), checked on
-  resume, so a state never resumes under another schedule.
+  resume, so a state never resumes under another schedule unless the resume
+  allows a changed mix (NOTE [ Changed mix ] in mix_changes.py).
 """
 from collections.abc import Mapping
 from fractions import Fraction
@@ -40,6 +41,7 @@ from speechiter.engine import EngineSettings
 from speechiter.errors import ConfigError
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.loadable import Loadable
+from speechiter.iterator.mix_changes import carry_over
 from speechiter.iterator.mix_loader import Chained, MixLoader, MixReader
 from speechiter.plan.mixed import MixPlanner
 from speechiter.plan.options import qualified_name
@@ -96,7 +98,7 @@ class MixIterator(Loadable):
                           "weights": {name: str(share) for name, share in shares.items()},
                           "schedule": SCHEDULE_VERSION}
         self._digests: Dict[str, tuple] = {}  # scheme -> view_digest
-        self.config_fingerprint, self.config_summary = self.configuration()
+        self.config_fingerprint, self.config_summary = self._configuration(CURRENT)
         self.data_len = None  # no lengths of its own: its batches come from corpora whose ids may repeat
         self.group_info = None  # each batch carries its own corpus's (see MixLoader)
 
@@ -131,6 +133,11 @@ class MixIterator(Loadable):
 
     # --- state (see speechiter.state.MixState) -----------------------------------------
     def configuration(self, scheme: str = CURRENT):
+        if scheme == CURRENT:
+            return self.config_fingerprint, self.config_summary
+        return self._configuration(scheme)
+
+    def _configuration(self, scheme: str):
         return mix_configuration(self._settings, {name: it.configuration(scheme)
                                                   for name, it in self.iterators.items()})
 
@@ -141,16 +148,23 @@ class MixIterator(Loadable):
         return self._digests[scheme]
 
     def state_at(self, epoch: int, step: int, scheme: str = CURRENT) -> MixState:
-        config, settings = (self.config_fingerprint, self.config_summary) if scheme == CURRENT else \
-            self.configuration(scheme)
+        config, settings = self.configuration(scheme)
         view, batches = self.view_digest(scheme)
         corpora = {name: self.iterators[name].state_at(*position, scheme)
                    for name, position in self.planner.own_positions(epoch, step).items()}
-        schedule = {"version": SCHEDULE_VERSION, "batches_per_epoch": self.batches_per_epoch,
-                    "weights": dict(self._settings["weights"])}
         return MixState(iterator=self.name, epoch=epoch, step=step, seed=self.seed, config=config, view=view,
-                        batches=batches, corpora=corpora, schedule=schedule, settings=settings,
-                        layout=self.layout if scheme == CURRENT else None, scheme=scheme)
+                        batches=batches, corpora=corpora, schedule=self.schedule_settings(), settings=settings,
+                        layout=self.layout if scheme == CURRENT else None, scheme=scheme, start=self.planner.start)
+
+    def schedule_settings(self) -> dict:
+        """``{"version", "batches_per_epoch", "weights": {corpus: "7/10"}}``: a MixState's ``schedule``."""
+        return {"version": SCHEDULE_VERSION, "batches_per_epoch": self.batches_per_epoch,
+                "weights": dict(self._settings["weights"])}
+
+    def carry_over(self, saved, changes=frozenset(), where: str = "state"):
+        """A state saved by this mix before it changed, in its terms now, where ``changes`` allows it (see
+        NOTE [ Changed mix ] in mix_changes.py)."""
+        return carry_over(self, saved, changes, where)
 
     # --- loading ---------------------------------------------------------------------
     def build_loader(self, epoch: int = 1, start_step: int = 0, prefetch_next: bool = True,

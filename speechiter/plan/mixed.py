@@ -4,7 +4,9 @@ Step ``s`` of mixed epoch ``e`` is global step ``g = (e - 1) * batches_per_epoch
 (schedule.py) names its corpus and how many batches that corpus gave before it, ``c``; the corpus stands at
 its own epoch and step ``stream_position(c, len(corpus))`` (the stream of epochs of ``steps: longest``,
 steps.py), and the task is that corpus's own task there: its ids and its own per-batch seed, from the
-corpus's own EpochPlanner. See NOTE [ Mixing corpora ] in speechiter/iterator/mix.py.
+corpus's own EpochPlanner. See NOTE [ Mixing corpora ] in speechiter/iterator/mix.py. After a resume under a
+changed mix, ``g`` counts the steps since the schedule's start and each corpus's ``c`` adds its count there
+(NOTE [ Changed mix ] in speechiter/iterator/mix_changes.py).
 """
 import threading
 from collections import OrderedDict
@@ -16,7 +18,7 @@ from speechiter.checks import check_int
 from speechiter.errors import ConfigError
 from speechiter.plan.epochs import EpochPlanner
 from speechiter.plan.layout import Layout
-from speechiter.plan.schedule import MixSchedule
+from speechiter.plan.schedule import MixSchedule, ScheduleStart
 from speechiter.plan.steps import stream_position
 from speechiter.plan.tasks import EpochTasks, check_epoch
 from speechiter.sequence.fetch import Task
@@ -40,15 +42,17 @@ class CorpusIds(list):
 
 class MixPlanner:
     """A mix's epochs: ``batches_per_epoch`` steps each, the corpus of every step by ``schedule``, each
-    corpus's batches by its own ``planners`` (``{name: EpochPlanner}``, in the schedule's order). Each
-    corpus's own epoch plans are kept, the last KEPT_EPOCHS of each; safe to ask from several threads."""
+    corpus's batches by its own ``planners`` (``{name: EpochPlanner}``, in the schedule's order); ``start``:
+    where the schedule began (None: at the mix's first step; NOTE [ Changed mix ]). Each corpus's own epoch
+    plans are kept, the last KEPT_EPOCHS of each; safe to ask from several threads."""
 
     def __init__(self, planners: Dict[str, EpochPlanner], schedule: MixSchedule, batches_per_epoch: int,
-                 seed: int, stream: int):
-        self.planners, self.schedule = dict(planners), schedule
+                 seed: int, stream: int, start: Optional[ScheduleStart] = None):
+        self.planners, self.schedule, self.start = dict(planners), schedule, start
         self.names: List[str] = list(self.planners)
         self.batches_per_epoch, self.seed, self.stream = batches_per_epoch, seed, stream
         self.sizes = [len(planner) for planner in self.planners.values()]
+        self._counts = [0] * len(self.names) if start is None else [start.counts[name] for name in self.names]
         self._own: List["OrderedDict[int, EpochTasks]"] = [OrderedDict() for _ in self.names]
         self._lock = threading.Lock()
 
@@ -64,7 +68,34 @@ class MixPlanner:
         return self.layout
 
     def epoch_len(self, epoch: int) -> int:
-        return len(self)
+        """``batches_per_epoch``, or the saved run's length of the epoch in which the schedule started."""
+        start = self.start
+        return start.epoch_steps if start is not None and epoch == start.epoch else len(self)
+
+    def scheduled(self, epoch: int, step: int) -> Optional[int]:
+        """The schedule's steps done when ``step`` steps of ``epoch`` are: the global step, or the steps since
+        the schedule's start; None before it (an earlier schedule's; NOTE [ Changed mix ])."""
+        start = self.start
+        if start is None:
+            return (epoch - 1) * len(self) + step
+        if (epoch, step) < (start.epoch, start.step):
+            return None
+        if epoch == start.epoch:
+            return step - start.step
+        return start.epoch_steps - start.step + (epoch - start.epoch - 1) * len(self) + step
+
+    def check_planned(self, epoch: int, done: int, where: str, step: int) -> int:
+        """The schedule's steps done when ``done`` steps of ``epoch`` are, else (before its start) a ConfigError
+        (``step``: the step asked for)."""
+        scheduled = self.scheduled(epoch, done)
+        if scheduled is None:
+            raise ConfigError(where, f"the mix's schedule started after {self.start} (a resume under a changed "
+                                     f"mix), so its earlier steps cannot be planned: got epoch {epoch} step {step}")
+        return scheduled
+
+    def with_start(self, start: Optional[ScheduleStart]) -> "MixPlanner":
+        """This planner with its schedule started at ``start``."""
+        return MixPlanner(self.planners, self.schedule, self.batches_per_epoch, self.seed, self.stream, start)
 
     def own_tasks(self, corpus: int, epoch: int) -> EpochTasks:
         """All tasks of corpus ``corpus``'s own ``epoch``."""
@@ -79,12 +110,18 @@ class MixPlanner:
 
     def corpus_of(self, epoch: int, step: int) -> str:
         """The corpus of step ``step`` (from 1) of ``epoch``."""
-        return self.names[self.schedule.source((epoch - 1) * len(self) + step - 1)]
+        return self.names[self.schedule.source(self.check_planned(epoch, step - 1, "source_of", step))]
 
     def own_positions(self, epoch: int, step: int) -> Dict[str, Tuple[int, int]]:
         """``{corpus: (its own epoch, its steps of it done)}`` once ``step`` steps of mixed ``epoch`` are done."""
-        counts = self.schedule.counts((epoch - 1) * len(self) + step)
-        return {name: stream_position(count, size) for name, count, size in zip(self.names, counts, self.sizes)}
+        counts = self.schedule.counts(self.check_planned(epoch, step, "state", step))
+        return {name: stream_position(before + count, size)
+                for name, before, count, size in zip(self.names, self._counts, counts, self.sizes)}
+
+    def own_count(self, scheduled: int) -> Tuple[int, int]:
+        """``(corpus of the schedule's step scheduled, batches of its stream it gave before)``."""
+        found, count = self.schedule.locate(scheduled)
+        return found, self._counts[found] + count
 
     def plan(self, epoch: int) -> "MixedPlan":
         return MixedPlan(self, check_epoch(epoch))
@@ -93,14 +130,17 @@ class MixPlanner:
         """The engine's tasks of mixed epoch ``epoch`` from ``start_step`` on (see NOTE [ Mixing corpora ])."""
         epoch = check_epoch(epoch)
         start_step = check_int(start_step, "start_step", minimum=0)
-        if start_step > len(self):
-            raise ConfigError("start_step", f"epoch {epoch} has {len(self)} batches, got start_step={start_step}")
-        return MixTasks(MixedPlan(self, epoch), start_step, len(self), self.seed, epoch, self.stream)
+        steps = self.epoch_len(epoch)
+        if start_step > steps:
+            raise ConfigError("start_step", f"epoch {epoch} has {steps} batches, got start_step={start_step}")
+        # tasks before the schedule's start are refused when read (a Loader is built, then loads its state)
+        return MixTasks(MixedPlan(self, epoch), start_step, steps, self.seed, epoch, self.stream)
 
     def continue_from(self, saved) -> "MixPlanner":
         """A planner whose corpora continue the epochs they were in (``saved.corpora``, a MixState's, checked
-        to name every corpus) on the layouts they were saved with; their own epochs must keep their length
-        (the mix walks each corpus through epochs of one length), else a ConfigError."""
+        to name every corpus) on the layouts they were saved with, under the saved schedule start
+        (``saved.start``); their own epochs must keep their length (the mix walks each corpus through epochs
+        of one length), else a ConfigError."""
         planners = {}
         for name, planner in self.planners.items():
             state = saved.corpora[name]
@@ -110,7 +150,7 @@ class MixPlanner:
                                   f"{name} on a layout that changes its length: "
                                   f"{planners[name].epoch_len(state.epoch)} batches under {state.layout}, "
                                   f"{len(planner)} under {planner.layout}")
-        return MixPlanner(planners, self.schedule, self.batches_per_epoch, self.seed, self.stream)
+        return MixPlanner(planners, self.schedule, self.batches_per_epoch, self.seed, self.stream, saved.start)
 
 
 class MixedPlan:
@@ -119,17 +159,18 @@ class MixedPlan:
 
     def __init__(self, planner: MixPlanner, epoch: int):
         self.planner, self.epoch = planner, epoch
-        self.first = (epoch - 1) * len(planner)  # the global step of position 0
         self._located: Dict[int, Tuple[int, int, int]] = {}  # the task, ids and padding ask for each position
 
     def __len__(self):
-        return len(self.planner)
+        return self.planner.epoch_len(self.epoch)
 
     def locate(self, position: int) -> Tuple[int, int, int]:
         """``(corpus, its own epoch, its own step)`` of the batch at ``position`` of this epoch."""
         located = self._located.get(position)
         if located is None:
-            corpus, consumed = self.planner.schedule.locate(self.first + position)
+            # the schedule's step of this position (See NOTE [ Changed mix ])
+            scheduled = self.planner.check_planned(self.epoch, position, "build_loader", position + 1)
+            corpus, consumed = self.planner.own_count(scheduled)
             located = (corpus, *stream_position(consumed, self.planner.sizes[corpus]))
             if len(self._located) >= LOCATED_KEPT:
                 self._located.clear()
@@ -155,9 +196,12 @@ class MixedPlan:
         return tasks.batches.padding_of(step)
 
     def sizes(self) -> np.ndarray:
-        """Utterances of every batch of the epoch."""
+        """Utterances of every batch of the epoch (0 for the steps of an earlier schedule: NOTE [ Changed mix ])."""
         sizes = []
         for position in range(len(self)):
+            if self.planner.scheduled(self.epoch, position) is None:
+                sizes.append(0)
+                continue
             corpus, tasks, step = self.own_tasks(position)
             sizes.append(len(tasks.batches[step]))
         return np.array(sizes, dtype=np.int64)

@@ -21,10 +21,16 @@ to the right. So:
   is one walk down (O(log k)).
 
 Integer arithmetic throughout (fractions of Python ints), so the schedule is
-the same on every machine.
+the same on every machine. A mix resumed under changed weights starts a new
+schedule at its resume step (a ScheduleStart; NOTE [ Changed mix ] in
+speechiter/iterator/mix_changes.py): ``g`` then counts the steps since.
 """
+import dataclasses
 from fractions import Fraction
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from speechiter.checks import check_int
+from speechiter.errors import ConfigError
 
 #: bump when the rule changes: it is part of a mixed iterator's configuration fingerprint (saved states)
 SCHEDULE_VERSION = 1
@@ -80,3 +86,40 @@ class MixSchedule:
     def counts(self, g: int) -> List[int]:
         """Batches of every corpus in steps ``0 .. g - 1`` (they sum to ``g``)."""
         return [self.count(g, corpus) for corpus in range(len(self.weights))]
+
+
+_START_KEYS = ("epoch", "step", "epoch_steps", "counts")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleStart:
+    """Where a mix's schedule began (NOTE [ Changed mix ] in speechiter/iterator/mix_changes.py): after
+    ``step`` steps of the mix's ``epoch``, which has ``epoch_steps`` steps, with each corpus at ``counts``
+    batches of its stream of epochs (its own position)."""
+
+    epoch: int
+    step: int
+    epoch_steps: int
+    counts: Dict[str, int]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"epoch": self.epoch, "step": self.step, "epoch_steps": self.epoch_steps, "counts": dict(self.counts)}
+
+    @classmethod
+    def from_dict(cls, value: Any, where: str) -> "ScheduleStart":
+        """A saved schedule start, checked, else a ConfigError at ``where``."""
+        if not isinstance(value, dict) or sorted(value) != sorted(_START_KEYS):
+            raise ConfigError(where, f"expected {{{', '.join(_START_KEYS)}}}, got {value!r}"[:200])
+        counts = value["counts"]
+        if not isinstance(counts, dict):
+            raise ConfigError(f"{where}.counts", f"expected {{corpus: batches}}, got {counts!r}"[:200])
+        counts = {str(name): check_int(count, f"{where}.counts.{name}", minimum=0) for name, count in counts.items()}
+        start = cls(check_int(value["epoch"], f"{where}.epoch"), check_int(value["step"], f"{where}.step", minimum=0),
+                    check_int(value["epoch_steps"], f"{where}.epoch_steps"), counts)
+        if start.step > start.epoch_steps:
+            raise ConfigError(f"{where}.step", f"epoch {start.epoch} has {start.epoch_steps} steps, got step "
+                                               f"{start.step}")
+        return start
+
+    def __str__(self):
+        return f"epoch {self.epoch} step {self.step}"

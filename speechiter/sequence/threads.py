@@ -60,7 +60,7 @@ class ThreadCap:
             self._cap()
 
     def _cap(self) -> None:
-        torch = sys.modules.get("torch")
+        torch = imported_torch()
         self._torch_seen = torch is not None
         if torch is not None and self.per_thread:
             torch.get_num_threads()  # torch reads OpenMP's count in this thread now, not after the cap
@@ -72,7 +72,7 @@ class ThreadCap:
 def thread_counts() -> Dict[str, int]:
     """The calling thread's counts: torch's (if imported) and OpenMP's, MKL's and OpenBLAS's (where loaded)."""
     counts = {}
-    torch = sys.modules.get("torch")
+    torch = imported_torch()
     if torch is not None:
         counts["torch"] = torch.get_num_threads()
     for key, names in (("openmp", ("omp_get_max_threads",)), ("mkl", ("MKL_Get_Max_Threads",)),
@@ -82,6 +82,15 @@ def thread_counts() -> Dict[str, int]:
         if functions:
             counts[key] = max(int(function()) for function in functions)
     return counts
+
+
+def imported_torch():
+    """torch once its import has finished, else None: a thread worker may look while the main thread (or
+    another worker) is still importing it, and a partly initialised torch has no ``get_num_threads`` yet."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(getattr(torch, "__spec__", None), "_initializing", False):
+        return None
+    return torch
 
 
 def _call(names, threads: int) -> None:

@@ -79,7 +79,7 @@ def test_a_rank_file_resumed_alone_continues_from_the_earliest_rank(tmp_path, ca
     ("no-such-rank", "state.rank7.json was saved by a run of 4 ranks, which has no rank 7"),
     ("other-run", "state.rank3.json was saved by a different run (seed: saved 5, now 0)"),
     ("truncated", "cannot read state file {tmp}/state.rank1.json: it ends early (truncated?)"),
-    ("old-version", "state.rank2.json is a state of version 3, {tmp}/state.rank0.json of version 4: not the files "
+    ("old-version", "state.rank2.json is a state of version 3, {tmp}/state.rank0.json of version 5: not the files "
                     "of one run"),
 ])
 def test_state_files_that_are_not_one_run_are_one_error_line(tmp_path, capsys, recipe, case, message):

@@ -59,8 +59,9 @@ def test_a_bad_recipe_is_one_line(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_run_killed_mid_epoch_resumes_to_the_uninterrupted_curve(tmp_path, demo_root):
-    """Two epochs of 10 steps with two loading processes; SIGKILL after step 8, resumed from step 6."""
-    options = ["--epochs", 2, "--save_every", 3, "--num_workers", 2]
+    """Epochs of 10 steps, 12 steps in all, with two loading processes; SIGKILL after step 8, resumed from step
+    6 through the end of the epoch and into the next."""
+    options = ["--epochs", 2, "--max_steps", 12, "--save_every", 3, "--num_workers", 2]
     assert run(tmp_path / "whole", *options, batch_len="1000") == 0
     env = dict(os.environ, PYTHONPATH=str(EXAMPLE.parents[1]))
     killed = subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--out", str(tmp_path / "killed"),

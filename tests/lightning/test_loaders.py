@@ -107,6 +107,34 @@ def test_a_groups_step_is_a_dict_and_evaluation_follows_the_epoch(corpus):
         speechiter.build.close_all(iterators)
 
 
+def test_a_checkpoint_of_a_mix_resumes_under_changed_weights_where_the_datamodule_allows_it(corpus):
+    def mix(weights):
+        cfg = data_cfg(corpus)
+        cfg["train"] = {"type": "mix.MixIterator", "conf": {"batches_per_epoch": 6, "weights": weights, "iterators": {
+            "x": entry(corpus, batch_len=32000), "y": entry(corpus, "abs.Iterator", batch_size=2)}}}
+        return cfg
+    saving = _SpeechData(mix({"x": 0.5, "y": 0.5}), num_workers=0)
+    loader = saving.train_dataloader()
+    list(itertools.islice(iter(loader), 2))
+    state = loader.state_dict()
+    saving.teardown()
+    with pytest.raises(ConfigError, match=r"^resume_changes: expected some of mix"):
+        _SpeechData(mix({"x": 0.2, "y": 0.8}), resume_changes=["weights"])
+    for changes in ((), ["mix"]):
+        data = _SpeechData(mix({"x": 0.2, "y": 0.8}), num_workers=0, resume_changes=changes)
+        try:
+            if not changes:
+                with pytest.raises(ConfigError, match="a changed mix resumes when allowed"):
+                    data.train_dataloader().load_state_dict(state)
+                continue
+            resumed = data.train_dataloader()
+            resumed.load_state_dict(state)
+            sources = [batch.source for batch in resumed]
+            assert len(sources) == 4 and sources.count("y") == 3  # 0.8 of the 4 steps left, rounded
+        finally:
+            data.teardown()
+
+
 def test_the_datamodule_builds_each_stages_groups(corpus, tmp_path):
     data = _SpeechData(data_cfg(corpus, test={"a": entry(corpus, "abs.Iterator"), "b": entry(corpus, batch_len=64000)}),
                        num_workers=0)

@@ -1,8 +1,11 @@
 """Issue 29, item 1: every worker runs its numeric libraries on ``worker_threads`` threads (1 by default),
 also after a lazy torch import, and the main process's threads are left alone (NOTE [ One thread per
 worker ] in speechiter/sequence/threads.py)."""
+import importlib.machinery
 import os
+import sys
 import threading
+import types
 
 import pytest
 import torch
@@ -31,6 +34,25 @@ def counts_in_workers(thread_type, **options):
     with MSequence(indexers.ThreadCounts, num_workers=2, thread_type=thread_type, out_type="null", dset_size=0,
                    **options).start() as mng:
         return list(mng.iterate(TASKS))
+
+
+def test_a_torch_still_being_imported_is_capped_once_its_import_ends(monkeypatch):
+    """A thread worker may look while another thread is importing torch (CI saw ``partially initialized
+    module 'torch' has no attribute 'get_num_threads'``): the cap waits for the import to finish."""
+    calls = []
+    half_imported = types.ModuleType("torch")
+    half_imported.__spec__ = importlib.machinery.ModuleSpec("torch", None)
+    half_imported.__spec__._initializing = True  # what importlib sets while a module's code runs
+    monkeypatch.setitem(sys.modules, "torch", half_imported)
+    cap = ThreadCap(2, per_thread=True)
+    cap.check()
+    assert thread_counts().get("torch") is None and calls == []
+    half_imported.__spec__._initializing = False
+    half_imported.get_num_threads = lambda: calls.append("read") or 2
+    cap.check()
+    assert calls == ["read"]
+    cap.check()  # capped once
+    assert calls == ["read"]
 
 
 def test_a_thread_cap_is_its_threads_own():

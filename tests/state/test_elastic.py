@@ -77,7 +77,7 @@ def test_a_state_of_w_ranks_continues_on_w_prime_with_the_saved_global_batches(t
     reference = make(text_corpus).epoch_batches(EPOCH)
     step = len(reference) // 3
     state, plans = saved_at(text_corpus, step, old)
-    assert state["layout"] == {"ngpu": 1, "world_size": old} and state["version"] == 4
+    assert state["layout"] == {"ngpu": 1, "world_size": old} and state["version"] == 5
     loaders = resumed(text_corpus, state, new)
     check_union(plans, loaders, step, reference)
     # the next epoch is a fresh run's of the new layout; a state saved in the continued epoch keeps the old one

@@ -30,6 +30,15 @@ class FakeIterator:
         return LoaderState(self.name, epoch, step, self.seed, self.config, "view", len(self.batches), self.summary,
                            Layout() if scheme == CURRENT else None, scheme)
 
+    def configuration(self, scheme=CURRENT):
+        return self.config, self.summary
+
+    def view_digest(self, scheme=CURRENT):
+        return "view", len(self.batches)
+
+    def layout_of(self, epoch):
+        return Layout()
+
     def __len__(self):
         return len(self.batches)
 
@@ -68,7 +77,7 @@ def flat_run_state(version=2):
 def test_loader_state_keeps_the_saved_format():
     state = fake_iterator().state_at(2, 1)
     saved = state.to_dict()
-    assert saved == {"version": 4, "iterator": "train/sup", "epoch": 2, "step": 1, "seed": 0, "config": "cfg",
+    assert saved == {"version": 5, "iterator": "train/sup", "epoch": 2, "step": 1, "seed": 0, "config": "cfg",
                      "view": "view", "batches": 2, "settings": None, "layout": {"ngpu": 1, "world_size": 1}}
     assert read_loader_state(json.loads(json.dumps(saved))) == state
     legacy = dict(saved, version=3)
@@ -109,7 +118,7 @@ def test_run_state_nests_the_group_and_loader_states_and_round_trips_through_jso
     (lambda d: d["train"].update(settings={}), "--resume.train: unknown keys settings; a group state has"),
     (lambda d: d.pop("train"), "--resume: missing keys train"),
     (lambda d: d.update(train=None), "--resume.train: expected a state dict, got NoneType"),
-    (lambda d: d.update(version=5), "--resume.version: state version 5 is not supported (expected 1, 2, 3 or 4)"),
+    (lambda d: d.update(version=6), "--resume.version: state version 6 is not supported (expected 1, 2, 3, 4 or 5)"),
     (lambda d: d.update(world_size=0), "--resume.world_size: expected a positive integer, got 0"),
     (lambda d: d.pop("world_size"), "--resume: missing keys world_size"),
     (lambda d: d.update(version=True), "--resume.version: state version True is not supported"),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import speechiter
 from speechiter.run import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "states"
@@ -105,3 +106,39 @@ def test_a_version_4_two_rank_run_resumes_on_one_rank(root, tmp_path):
     code, full = run(root / "block.yaml", tmp_path, "full")
     first = next(i for i, r in enumerate(full) if r["group"] == "train" and (r["epoch"], r["step"]) == (2, 5))
     assert code == 0 and rest == full[first:]
+
+
+@pytest.mark.parametrize("version", ["v3", "v4"])
+def test_a_mix_state_of_an_earlier_version_resumes_under_a_changed_mix(root, tmp_path, capsys, version):
+    """The mix of a version 3 or 4 state re-weighted (0.5/0.5) with another batches_per_epoch (6): each corpus
+    finishes its own interrupted epoch from where the saved run stood (NOTE [ Changed mix ])."""
+    changed = (root / "mix.yaml").read_text().replace("a: 0.7", "a: 0.5").replace("b: 0.3", "b: 0.5")
+    source = tmp_path / "mix-changed.yaml"
+    source.write_text(changed.replace("batches_per_epoch: 9", "batches_per_epoch: 6"))
+    _copy(source, root / "mix-changed.yaml")  # beside stopat.py, which the recipe names
+    state = FIXTURES / version / "mix.state.json"
+    saved = json.loads(state.read_text())["train"]
+    code, full = run(root / "mix.yaml", tmp_path, "full")
+    assert code == 0
+    shutil.copy(state, tmp_path / "state.json")
+    code, rest = run(root / "mix-changed.yaml", tmp_path, "changed", "--resume", str(tmp_path / "state.json"),
+                     "--resume_changes", "mix", "--epochs", "5")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "speechiter: resume: train: the mix changed (batches_per_epoch: saved 9, now 6; weights.a: saved " \
+           "\"7/10\", now \"1/2\"; weights.b: saved \"3/10\", now \"1/2\"); its new schedule starts after step 4 of " \
+           "epoch 2, which keeps its 9 steps (the next epochs have 6)" in err
+    before = [r for r in full if r["group"] == "train" and (r["epoch"], r["step"]) <= (2, saved["step"])]
+    after = [r for r in rest if r["group"] == "train"]
+    assert (after[0]["epoch"], after[0]["step"]) == (2, saved["step"] + 1) and len(after) == 9 - 4 + 3 * 6
+    mix = speechiter.build_iterators(speechiter.load_config(root / "mix.yaml"), groups=("train",))["train"]
+    try:
+        for name, own in saved["iterators"]["None"]["sources"].items():  # a at its epoch 2 step 0, b at 1 step 4
+            given = [r["ids"] for r in before if r["source"] == name]
+            size = len(mix.iterators[name])
+            assert len(given) == (own["epoch"] - 1) * size + own["step"]
+            seen = given[len(given) - own["step"]:] + [r["ids"] for r in after if r["source"] == name][
+                :size - own["step"]]
+            assert seen == mix.iterators[name].epoch_batches(own["epoch"]).tolist(), name
+    finally:
+        speechiter.build.close_all({"train": mix})

@@ -1,4 +1,5 @@
-"""tools/bench.py's segment corpus: the same audio as the files it was cut from, sample for sample."""
+"""The benchmark tools at tiny sizes, and tools/bench.py's segment corpus: the same audio as the files it was
+cut from, sample for sample."""
 import numpy as np
 import pytest
 
@@ -50,3 +51,14 @@ def test_segment_index_reads_its_ranges(tmp_path):
     finally:
         iterator.close()
     assert sum(len(b.ids) for b in got) == 50 and all((b["feat_len"] == 800).all() for b in got)
+
+
+@pytest.mark.slow  # loading workers, timed runs
+@pytest.mark.nightly  # a benchmark, at a tiny size
+@pytest.mark.timeout(300)
+def test_bench_resume_mix_part_runs_at_a_tiny_size(tmp_path, capsys):
+    best = load_tool("bench_resume").main(["--parts", "3", "--num", "300", "--step", "200", "--repeats", "1",
+                                           "--workdir", str(tmp_path)])
+    assert set(best) == {"plain", "changed"}
+    out = capsys.readouterr().out
+    assert "changed weights 0.5/0.5" in out and "msequence (2 workers)" in out
