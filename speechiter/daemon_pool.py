@@ -69,6 +69,11 @@ class ProcessPool:
         self._max, self._name = max_workers, name
         self._pool, self._pid = None, None
         self._lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):  # a lock held by a thread at the fork would stay held in the child
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._pool, self._pid, self._lock = None, None, threading.Lock()
 
     def __call__(self) -> DaemonThreadPool:
         pool = self._pool
