@@ -24,6 +24,7 @@ Dither noise comes from the generator the caller passes (the batch's
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Optional, Union
 
@@ -33,7 +34,6 @@ from speechiter.checks import check_bool, check_int, check_number
 from speechiter.config import read_yaml_file
 from speechiter.errors import ConfigError
 from speechiter.fbank import Workspace, utterance_log_mel
-from speechiter.gpu_features import resolve_feature_device
 from speechiter.paths import PRESETS_DIR, find_preset, is_preset
 from speechiter.registry import check_keywords
 
@@ -214,3 +214,21 @@ def load_feat_conf(value: Union[dict, str, os.PathLike, None]) -> Optional[dict]
     if not isinstance(conf, dict):
         raise ConfigError("feat_conf", f"{path}: expected a mapping of feature settings, got {conf!r}")
     return conf
+
+
+def resolve_feature_device(device: str, where: str = "feat_conf.device") -> str:
+    """``cpu``, ``cuda`` or ``cuda:N``; cuda without CUDA falls back to ``cpu`` with a warning (NOTE [ Features
+    on the GPU ] in speechiter/gpu_features.py)."""
+    if not isinstance(device, str) or not (device in ("cpu", "cuda") or (device.startswith("cuda:")
+                                                                         and device[5:].isdigit())):
+        raise ConfigError(where, f"expected cpu, cuda or cuda:N, got {device!r}")
+    if device != "cpu" and not cuda_available():
+        warnings.warn(f"{where} is {device!r} but CUDA is not available; log-mel is computed in the loading "
+                      "workers (device: cpu)", RuntimeWarning, stacklevel=3)
+        return "cpu"
+    return device
+
+
+def cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()

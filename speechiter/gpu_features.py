@@ -30,30 +30,12 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from speechiter.errors import ConfigError
 from speechiter.fbank import EPS, NORM_EPS
 from speechiter.io.pcm import PCM16_SCALE
 
 #: the item key a row's draws travel under from extract_main_data_fn to the collate
 DEFERRED_KEY = "__log_mel__"
 _warned_host = False
-
-
-def resolve_feature_device(device: str, where: str = "feat_conf.device") -> str:
-    """``cpu``, ``cuda`` or ``cuda:N``; cuda without CUDA falls back to ``cpu`` with a warning."""
-    if not isinstance(device, str) or not (device in ("cpu", "cuda") or (device.startswith("cuda:")
-                                                                         and device[5:].isdigit())):
-        raise ConfigError(where, f"expected cpu, cuda or cuda:N, got {device!r}")
-    if device != "cpu" and not cuda_available():
-        warnings.warn(f"{where} is {device!r} but CUDA is not available; log-mel is computed in the loading "
-                      "workers (device: cpu)", RuntimeWarning, stacklevel=3)
-        return "cpu"
-    return device
-
-
-def cuda_available() -> bool:
-    import torch
-    return torch.cuda.is_available()
 
 
 def deferred_row(mel, augment, samples: int, applied: Dict[str, Any]) -> Dict[str, Any]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from speechiter import gpu_features
+from speechiter import features, gpu_features
 from speechiter.dataset.augment.spec_augment import SpecAugment
 from speechiter.dataset.speech_text import SpeechTextDataset
 from speechiter.errors import ConfigError
@@ -93,7 +93,7 @@ def batches(it, epoch=1):
 
 
 def test_without_cuda_it_falls_back_to_the_workers_with_one_warning(corpus, monkeypatch):
-    monkeypatch.setattr(gpu_features, "cuda_available", lambda: False)
+    monkeypatch.setattr(features, "cuda_available", lambda: False)
     expected = batches(iterator(corpus))
     with pytest.warns(RuntimeWarning, match="feat_conf.device is 'cuda' but CUDA is not available") as caught:
         got = batches(iterator(corpus, device="cuda"))
@@ -105,7 +105,7 @@ def test_without_cuda_it_falls_back_to_the_workers_with_one_warning(corpus, monk
 @pytest.mark.parametrize("settings", [{}, {"engine": "msequence", "num_workers": 2, "thread_type": "thread"},
                                       {"engine": "torch", "num_workers": 0}, {"out_type": "null"}])
 def test_features_in_the_converter_match_the_workers(corpus, monkeypatch, settings):
-    monkeypatch.setattr(gpu_features, "cuda_available", lambda: True)  # keep device: cuda on this machine
+    monkeypatch.setattr(features, "cuda_available", lambda: True)  # keep device: cuda on this machine
     monkeypatch.setattr(gpu_features, "_warned_host", True)
     expected = batches(iterator(corpus, augment=[SPEC], **settings))
     got = batches(iterator(corpus, device="cuda", augment=[SPEC], **settings))
@@ -117,7 +117,7 @@ def test_features_in_the_converter_match_the_workers(corpus, monkeypatch, settin
 
 
 def test_features_delivered_to_the_cpu_warn_once(corpus, monkeypatch):
-    monkeypatch.setattr(gpu_features, "cuda_available", lambda: True)
+    monkeypatch.setattr(features, "cuda_available", lambda: True)
     monkeypatch.setattr(gpu_features, "_warned_host", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -136,7 +136,7 @@ def test_a_bad_device_names_the_option(device):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_device_step_crosses_from_process_workers(corpus, monkeypatch):
-    monkeypatch.setattr(gpu_features, "cuda_available", lambda: True)
+    monkeypatch.setattr(features, "cuda_available", lambda: True)
     monkeypatch.setattr(gpu_features, "_warned_host", True)
     settings = {"engine": "msequence", "num_workers": 2, "thread_type": "proc"}
     expected = batches(iterator(corpus, augment=[SPEC]))
