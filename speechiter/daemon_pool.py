@@ -10,12 +10,19 @@ waited for: :class:`DaemonThreadPool` runs the same submit/Future protocol on
 daemon threads, which the interpreter abandons at exit. Use it for work that
 may block on the outside world; see NOTE [ One shutdown path ] in
 speechiter/interrupts.py.
+
+Each task runs in a copy of the context of the thread that submitted it (its
+context variables, as ``asyncio.to_thread`` does), so a setting such as the
+engine's ``hedge`` (NOTE [ Hedged requests ] in speechiter/io/hedged_requests.py)
+follows the reads a build starts.
 """
+import contextvars
+import os
 import queue
 import threading
 from concurrent.futures import Future
 
-__all__ = ["DaemonThreadPool"]
+__all__ = ["DaemonThreadPool", "ProcessPool"]
 
 
 class DaemonThreadPool:
@@ -32,7 +39,7 @@ class DaemonThreadPool:
 
     def submit(self, fn, *args, **kwargs) -> Future:
         future = Future()
-        self._work.put((future, fn, args, kwargs))
+        self._work.put((future, contextvars.copy_context().run, (fn, *args), kwargs))
         if not self._idle.acquire(timeout=0):
             with self._lock:
                 if self._threads < self._max:
@@ -52,3 +59,27 @@ class DaemonThreadPool:
                     future.set_result(result)
             del future, fn, args, kwargs
             self._idle.release()
+
+
+class ProcessPool:
+    """``pool()``: this process's :class:`DaemonThreadPool`, made on first use (a forked child makes its own:
+    its parent's threads are not in it)."""
+
+    def __init__(self, max_workers: int, name: str):
+        self._max, self._name = max_workers, name
+        self._pool, self._pid = None, None
+        self._lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):  # a lock held by a thread at the fork would stay held in the child
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        self._pool, self._pid, self._lock = None, None, threading.Lock()
+
+    def __call__(self) -> DaemonThreadPool:
+        pool = self._pool
+        if pool is not None and self._pid == os.getpid():
+            return pool
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool, self._pid = DaemonThreadPool(self._max, self._name), os.getpid()
+            return self._pool

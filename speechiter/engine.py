@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 from speechiter.checks import check_bool, check_choice, check_int, check_optional_int
 from speechiter.errors import ConfigError
+from speechiter.io.hedged_requests import unhedged_reader
 from speechiter.sequence.convert import is_out_type, resolve_out_type
 from speechiter.sequence.fetch import Task
 from speechiter.sequence.choice import start_scheduler
@@ -89,8 +90,9 @@ def make_engine(settings: EngineSettings, reader: Callable[[], Any]) -> Engine:
     """The engine of ``settings``; each worker builds batches with ``reader()``
     (called in the worker; see speechiter.sequence.start for how it gets
     there). The workers start on first use."""
-    if settings.kind == "torch":
-        return TorchEngine(reader, settings.num_workers, settings.out_type, start_method=settings.start_method)
+    if settings.kind == "torch":  # hedge: false, each read one request (NOTE [ Hedged requests ] in io/)
+        return TorchEngine(reader if settings.hedge else unhedged_reader(reader), settings.num_workers,
+                           settings.out_type, start_method=settings.start_method)
     out_type = resolve_out_type(settings.out_type)
     if settings.kind == "msequence" and settings.num_workers > 0 and settings.thread_type == "proc":
         warm_up(reader, settings.start_method)

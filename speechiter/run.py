@@ -43,7 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--start_method", choices=("fork", "spawn", "forkserver"),
                         help="how process workers start (default: forkserver, where the OS has it)")
     parser.add_argument("--out_type", default="cpu", help="cpu, cuda, cuda:N or null")
-    parser.add_argument("--no_hedge", action="store_true", help="never build a late batch again on an idle worker")
+    parser.add_argument("--no_hedge", action="store_true",
+                        help="send each request to a store once, and never build a late batch again on an idle worker")
     parser.add_argument("--ngpu", type=int, help="make every batch divisible by ngpu (default: the exp_cfg's, else 1)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value (dotted key, YAML value); repeatable")

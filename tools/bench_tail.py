@@ -12,21 +12,28 @@ when a random number seeded by (``--seed``, n) is below ``--stall_fraction``
 has a proxy of its own), or through such proxies stalling nothing.
 
 The machine is shared, so the two engines run side by side: each run is a
-fresh process that builds two iterators, hedge off (the engine before issue
-32) and hedge on, loads ``--warmup`` batches of each (workers and connections
-starting, not counted), then ``--batches`` timed batches of each in
-segments of ``--segment`` (off, on, on, off, off, on, ...), timing each wait in ``next()``; the
-consumer does ``--step_ms`` of work per batch (0: none, the loader is the
-bottleneck). One run with stalls and one without, ``--runs`` times.
+fresh process that builds two iterators, hedge off (each request sent once, no
+batch built twice: the engine before issue 32) and hedge on (late requests sent
+again, NOTE [ Hedged requests ] in speechiter/io/hedged_requests.py, and late
+batches built again, NOTE [ Hedging ] in speechiter/sequence/hedge.py), loads
+``--warmup`` batches of each (workers and connections starting, not counted),
+then ``--batches`` timed batches of each in segments of ``--segment`` (off, on,
+on, off, off, on, ...), timing each wait in ``next()`` and each whole step (the
+wait, the batch's checksum, the consumer's ``--step_ms`` of work; 0: none, the
+loader is the bottleneck). One run with stalls and one without, ``--runs``
+times.
 
-Printed per side and run: the median, p99 and largest wait, p99 / median,
-batches per second, the hedged copies and the copies that won; then the
-targets: with stalls and hedging, p99 <= 2x median (and the same without
-stalls, the machine's own tail); without stalls, throughput hedge on / off >=
-0.98; every side loads the same batches (checksums). Needs the ``s3`` and
-``test`` extras (s3fs, moto).
+Printed per side and run: the median, p99 and largest wait, p99 / median, a
+whole step's p99 / median, batches per second, the batch copies and the copies
+that won, the requests stalled and sent, and the GETs sent again (a GET of an
+object and range while the same GET is in flight: a hedged request or a batch
+copy's); then the targets: with stalls and hedging, p99 <= 2x median (and the
+same without stalls, the machine's own tail); without stalls, throughput hedge
+on / off >= 0.98; every side loads the same batches (checksums). Needs the
+``s3`` and ``test`` extras (s3fs, moto).
 """
 import argparse
+import collections
 import http.server
 import json
 import os
@@ -56,6 +63,8 @@ class StallingProxy:
 
         proxy = self
         self.requests = self.stalls = 0
+        self.in_flight = collections.Counter()  # (path, Range) of the GETs not answered yet
+        self.sent_again = 0  # GETs of an object and range while the same GET was in flight
         self.lock = threading.Lock()
         self.closed = threading.Event()
 
@@ -70,11 +79,20 @@ class StallingProxy:
                 with proxy.lock:
                     proxy.requests += 1
                     number = proxy.requests
+                    get = (self.path, self.headers.get("Range")) if self.command == "GET" else None
+                    if get is not None:
+                        proxy.sent_again += proxy.in_flight[get] > 0
+                        proxy.in_flight[get] += 1
                 if random.Random(seed * 1_000_003 + number).random() < fraction:
                     with proxy.lock:
                         proxy.stalls += 1
                     proxy.closed.wait(stall_s)
-                forward(self, target, body)
+                try:
+                    forward(self, target, body)
+                finally:
+                    if get is not None:
+                        with proxy.lock:
+                            proxy.in_flight[get] -= 1
 
             do_GET = do_HEAD = do_PUT = do_POST = _forward
 
@@ -91,7 +109,7 @@ class StallingProxy:
     def reset(self):
         """Count from request 1 again (each side sees the same stalled request numbers)."""
         with self.lock:
-            self.requests = self.stalls = 0
+            self.requests = self.stalls = self.sent_again = 0
 
     def close(self):
         self.closed.set()
@@ -118,7 +136,7 @@ def child(recipe: str, urls: str, workers: int, warmup: int, batches: int, segme
     sides = {hedge: build_iterators(load_config(recipe), num_workers=workers, groups=("train",), out_type="null",
                                     hedge=hedge)["train"] for hedge in (False, True)}
     streams = {hedge: endless(iterator) for hedge, iterator in sides.items()}
-    result = {hedge: {"waits": [], "checksums": [], "seconds": 0.0} for hedge in sides}
+    result = {hedge: {"waits": [], "steps": [], "checksums": [], "seconds": 0.0} for hedge in sides}
     try:
         for (hedge, stream), url in zip(streams.items(), urls.split(",")):
             os.environ["AWS_ENDPOINT_URL"] = url  # the workers start with the first batch
@@ -135,6 +153,7 @@ def child(recipe: str, urls: str, workers: int, warmup: int, batches: int, segme
                     side["checksums"].append(checksum(batch))
                     if step_ms:
                         time.sleep(step_ms / 1000)
+                    side["steps"].append(time.perf_counter() - begin)
                 side["seconds"] += time.perf_counter() - started
             order.reverse()
         for hedge, iterator in sides.items():
@@ -212,6 +231,7 @@ def bench(tmp: Path, args) -> None:
                 for hedge, proxy in zip((False, True), pair):
                     side = both["on" if hedge else "off"]
                     side["stalled"], side["requests"] = proxy.stalls, proxy.requests
+                    side["sent_again"] = proxy.sent_again
                     results[(stalls, hedge)].append(side)
         report(results, args)
     finally:
@@ -221,22 +241,27 @@ def bench(tmp: Path, args) -> None:
 
 
 def report(results: dict, args) -> None:
-    print(f"{'side':<22} | {'median ms':>9} | {'p99 ms':>8} | {'max ms':>8} | {'p99/med':>7} | {'batch/s':>7} | "
-          f"copies (won) | stalled / requests")
+    print(f"{'side':<22} | {'median ms':>9} | {'p99 ms':>8} | {'max ms':>8} | {'p99/med':>7} | {'step p99/med':>12} | "
+          f"{'batch/s':>7} | copies (won) | stalled / requests (sent again)")
     summary = {}
     for (stalls, hedge), runs in results.items():
         label = f"{'stalls' if stalls == 'stalls' else 'no stalls'}, hedge {'on' if hedge else 'off'}"
         for run in runs:
             waits = np.array(run["waits"]) * 1000
             median, p99 = float(np.median(waits)), float(np.percentile(waits, 99))
-            run.update(median=median, p99=p99)
+            steps = np.array(run["steps"])
+            run.update(median=median, p99=p99, step_ratio=float(np.percentile(steps, 99) / np.median(steps)))
             print(f"{label:<22} | {median:>9.1f} | {p99:>8.1f} | {waits.max():>8.1f} | {p99 / median:>7.2f} | "
-                  f"{run['batches_per_s']:>7.1f} | {run['copies']:>6} ({run['wins']}) | "
-                  f"{run['stalled']} / {run['requests']}")
+                  f"{run['step_ratio']:>12.2f} | {run['batches_per_s']:>7.1f} | {run['copies']:>6} ({run['wins']}) | "
+                  f"{run['stalled']} / {run['requests']} ({run['sent_again']})")
         summary[(stalls, hedge)] = runs
     same = len({tuple(run["checksums"]) for runs in results.values() for run in runs}) == 1
+
     def ratio(side):
         return statistics.median(run["p99"] / run["median"] for run in summary[side])
+
+    def step_ratio(side):
+        return statistics.median(run["step_ratio"] for run in summary[side])
 
     def largest(side):
         return statistics.median(max(run["waits"]) for run in summary[side])
@@ -248,7 +273,10 @@ def report(results: dict, args) -> None:
           f"{largest(('stalls', False)):.2f} s without. No stalls (the machine's own tail): p99 / median "
           f"{ratio(('none', True)):.2f} with hedging, {ratio(('none', False)):.2f} without; throughput hedge on / off "
           f"{statistics.median(rates):.3f} (runs: {', '.join(f'{r:.3f}' for r in rates)}; target >= 0.98). "
-          f"Every side loaded the same batches: {same}")
+          f"A whole step (the wait, the checksum, --step_ms), p99 / median: with stalls "
+          f"{step_ratio(('stalls', True)):.2f} with hedging, {step_ratio(('stalls', False)):.2f} without; no stalls "
+          f"{step_ratio(('none', True)):.2f} with hedging, {step_ratio(('none', False)):.2f} without. Every side "
+          f"loaded the same batches: {same}")
 
 
 def main(argv=None):

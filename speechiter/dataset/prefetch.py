@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import threading
 from concurrent.futures import Future
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
@@ -61,29 +60,19 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 from speechiter.batch_context import current_batch
 from speechiter.io.coalesce import StartedReads, is_ranged, start_batch_reads
 from speechiter.io.storage import is_url
-from speechiter.daemon_pool import DaemonThreadPool  # NOTE [ Abandoned reads ]
+from speechiter.daemon_pool import ProcessPool  # NOTE [ Abandoned reads ]
 
 __all__ = ["POOL_THREADS", "prepare", "reading_together", "take", "under_way"]
 
 #: threads per process that read a batch's URLs; S3 keeps up to storage.MAX_CONNECTIONS connections.
 POOL_THREADS = 32
-_pool: Optional[DaemonThreadPool] = None
-_pool_pid: Optional[int] = None
-_pool_lock = threading.Lock()
+_the_pool = ProcessPool(POOL_THREADS, "storage-read")
 #: started batches a thread keeps for one column: the one being built and the next READ_AHEAD + 1 (fetch.py)
 AHEAD_PER_COLUMN = 4
 #: and for all columns (several iterators built in one thread)
 AHEAD_PER_THREAD = 8
 _local = threading.local()  # .started: [StartedReads], oldest first; .plain: _local_batches()
 
-
-def _the_pool() -> DaemonThreadPool:
-    global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = DaemonThreadPool(POOL_THREADS, "storage-read")
-            _pool_pid = os.getpid()
-        return _pool
 
 
 def _start(column: Mapping[str, str], ids: Sequence[str], read: Callable[[str], object]) -> Optional[StartedReads]:

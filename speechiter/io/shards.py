@@ -36,7 +36,8 @@ import threading
 from typing import Dict, Optional, Tuple
 
 from speechiter.errors import DataError
-from speechiter.io.storage import _status, call, filesystem, is_url, read_range, redact
+from speechiter.io.hedged_requests import hedged
+from speechiter.io.storage import _status, call, filesystem, is_url, read_range, redact, transient
 
 __all__ = ["SHARDS_FILE", "read_bytes", "shard_record", "clear_shards", "note_index_files"]
 
@@ -287,7 +288,7 @@ def _read_remote(url: str, start: int, end: int, etag: Optional[str]) -> bytes:
                 return b""
             raise
 
-    return call(url, read)
+    return call(url, lambda: hedged(url, read, transient))  # See NOTE [ Hedged requests ] in hedged_requests.py
 
 
 def _unsatisfiable(error: BaseException) -> bool:

@@ -40,10 +40,12 @@ import time
 from typing import Callable, Dict, Optional, Tuple, TypeVar
 
 from speechiter.errors import DataError
+from speechiter.io.hedged_requests import hedged
 from speechiter.io.ranged import check_length, checked_s3
 from speechiter.io.secrets import note_secrets, redact
 
-__all__ = ["is_url", "redact", "note_secrets", "filesystem", "call", "failure", "read_range", "INSTALL_HINT"]
+__all__ = ["is_url", "redact", "note_secrets", "filesystem", "call", "failure", "read_range", "transient",
+           "INSTALL_HINT"]
 
 INSTALL_HINT = "pip install 'speechiter[s3]'"
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -234,7 +236,8 @@ def call(url: str, fn: Callable[[], T], what: str = "read") -> T:
 
 def read_range(url: str, start: int, end: Optional[int]) -> bytes:
     """Bytes ``[start, end)`` of the object at ``url`` (fewer at its end; end
-    None: to the end): one request, or blocks of the local cache; checked
+    None: to the end): one request, hedged (NOTE [ Hedged requests ] in
+    speechiter/io/hedged_requests.py), or blocks of the local cache; checked
     (NOTE [ Ranged answers are checked ] in speechiter/io/ranged.py)."""
     fs = filesystem(url)
 
@@ -245,8 +248,18 @@ def read_range(url: str, start: int, end: Optional[int]) -> bytes:
             f.seek(start)
             return f.read(-1 if end is None else end - start)
 
-    data = call(url, read)
-    if end is not None:
-        check_length(redact(url), start, end, len(data),
-                     lambda: call(url, lambda: int(fs.info(url)["size"]), "read the object's size"))
-    return data
+    def checked():
+        data = read()
+        if end is not None:
+            check_length(redact(url), start, end, len(data),
+                         lambda: call(url, lambda: int(fs.info(url)["size"]), "read the object's size"))
+        return data
+
+    if os.environ.get("SPEECHITER_STORAGE_CACHE"):
+        return call(url, checked)
+    return call(url, lambda: hedged(url, checked, transient))
+
+
+def transient(error: BaseException) -> bool:
+    """Whether ``error`` is worth trying again (a refused answer, a DataError, is not)."""
+    return not isinstance(error, DataError) and _classify(error)[1]
