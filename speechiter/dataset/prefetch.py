@@ -111,28 +111,31 @@ def _known_local(column: Mapping[str, str], first: str) -> bool:
     return False
 
 
-def prepare(column: Optional[Mapping[str, str]], ids: Sequence[str], read: Callable[[str], object]) -> None:
+def prepare(column: Optional[Mapping[str, str]], ids: Sequence[str], read: Callable[[str], object]) -> bool:
     """Start the reads of a batch this thread builds soon, so that its
-    :func:`reading_together` takes them. See NOTE [ Reading ahead ]."""
+    :func:`reading_together` takes them. See NOTE [ Reading ahead ].
+
+    Returns whether reads of ``column`` for ``ids`` are under way (False for local files)."""
     if column is None or len(ids) < 2 or _known_local(column, ids[0]):
-        return
+        return False
     started = _ahead()
     ids = tuple(ids)
     if any(s.ids == ids and s.column is column for s in started):
-        return
+        return True
     try:
         entry = _start(column, ids, read)
     except Exception:  # noqa: BLE001 - the batch raises it in order when it is built
-        return
+        return False
     if entry is None:
         _local_batches().append((column, ids[0]))
-        return
+        return False
     started.append(entry)
     same = [s for s in started if s.column is column]
     for old in same[:max(0, len(same) - AHEAD_PER_COLUMN)] + started[:max(0, len(started) - AHEAD_PER_THREAD)]:
         if old in started:
             started.remove(old)
             old.cancel()
+    return entry in started
 
 
 def under_way(ids: Sequence[str]) -> bool:

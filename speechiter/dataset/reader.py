@@ -43,5 +43,5 @@ class DatasetReader:
         prepare_batch = getattr(self.dataset, "prepare_batch", None)
         if prepare_batch is None:
             return False
-        prepare_batch(ids)
-        return under_way(ids)
+        started = prepare_batch(ids)  # whether this dataset's reads started: another's may share the ids
+        return under_way(ids) if started is None else bool(started)

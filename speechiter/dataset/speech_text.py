@@ -200,8 +200,8 @@ class SpeechTextDataset(Dataset):
         with reading_together(self.main_data.get("feat"), ids, self._read_speech), decoding_once(self.views):
             return super().get_batch(ids)  # reads: prefetch.py; views: augment/views.py
 
-    def prepare_batch(self, ids: Sequence[str]) -> None:
-        prepare(self.main_data.get("feat"), ids, self._read_speech)  # NOTE [ Reading ahead ] in prefetch.py
+    def prepare_batch(self, ids: Sequence[str]) -> bool:
+        return prepare(self.main_data.get("feat"), ids, self._read_speech)  # NOTE [ Reading ahead ] in prefetch.py
 
     def _read_speech(self, value: str):
         return read_speech(value, self.read_rate, self.allow_commands)

@@ -112,3 +112,20 @@ def test_a_reader_says_it_reads_ahead_for_a_pack_not_for_local_files(tmp_path, m
             assert iterator.reader().prepare(ids) is reads_ahead
         finally:
             iterator.close()
+
+
+@pytest.mark.timeout(120)
+def test_reads_another_dataset_started_for_the_same_ids_are_not_this_ones(tmp_path, make_corpus):
+    """Two corpora made alike share their ids: a pack's reads started (and never taken) in this thread do not
+    make the local corpus's reader say that its batch reads ahead."""
+    from tests.io.test_pack import pack, train_iterator
+
+    original, packed = pack(tmp_path, make_corpus(tmp_path / "c", num=12))
+    first, second = train_iterator(packed, num_workers=0), train_iterator(original, num_workers=0)
+    try:
+        ids = next(iter(first.build_loader(1))).ids
+        assert first.reader().prepare(ids) is True  # started, left untaken
+        assert second.reader().prepare(ids) is False
+    finally:
+        first.close()
+        second.close()
