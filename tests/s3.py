@@ -234,7 +234,15 @@ def fresh_storage():
 
 @pytest.fixture
 def s3_proxy(s3_server, monkeypatch, fresh_storage):
-    """A :class:`Proxy` in front of the moto server, as AWS_ENDPOINT_URL."""
+    """A :class:`Proxy` in front of the moto server, as AWS_ENDPOINT_URL. Its tests count requests, so this
+    process sends none twice, however slow the busy machine's server: hedged requests (NOTE [ Hedged
+    requests ]) wait an hour here; their own tests set the delay again. Process workers hedge as configured:
+    a test that counts their requests builds with ``hedge=False``."""
+    from speechiter.io import hedged_requests
+
+    monkeypatch.setattr(hedged_requests, "FLOOR_S", 3600.0)
+    monkeypatch.setattr(hedged_requests, "CEILING_S", 3600.0)
+    monkeypatch.setattr(hedged_requests, "_latencies", {})  # no delay of an earlier test's
     proxy = Proxy(s3_server)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     try:

@@ -96,7 +96,7 @@ def test_an_s3_pack_read_ahead_gives_the_same_batches_at_one_request_per_batch(s
     original, packed, _, _ = s3_pack
     want = batches(original, num_workers=0) + batches(original, epoch=2, num_workers=0)
     s3_proxy.requests.clear()
-    iterator = train_iterator(packed, **settings)
+    iterator = train_iterator(packed, hedge=False, **settings)  # requests counted: none sent twice on a busy machine
     try:  # two epochs, the second prefetched during the first: every batch read once
         got = [(list(b.ids), checksum(b)) for epoch in (1, 2)
                for b in iterator.build_loader(epoch, prefetch_next=epoch == 1)]

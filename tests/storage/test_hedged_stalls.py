@@ -55,6 +55,8 @@ def test_a_stalled_request_is_answered_by_its_duplicate_and_the_loser_leaves_not
     from speechiter.io import hedged_requests
 
     monkeypatch.setattr(hedged_requests, "counts", {"hedged": 0, "won": 0})
+    monkeypatch.setattr(hedged_requests, "FLOOR_S", 0.1)  # the product's delays (s3_proxy sets them to an hour)
+    monkeypatch.setattr(hedged_requests, "CEILING_S", 1.0)
     monkeypatch.setattr(hedged_requests, "MIN_SAMPLES", 4)  # the delay follows the latencies from the 4th
     folder = url_corpus(s3_corpus, tmp_path / "remote")
     plain, _ = checksums(folder, thread_type="thread")
