@@ -4,6 +4,8 @@
   fork server (started once, they live as long as this process); the fork
   server's children (workers) are counted.
 - ``FORKS_ON_PURPOSE``: a mark for tests that fork this process on purpose.
+- ``own_stderr(text)``: a process's stderr without the line of a new pool that reclaimed segments of
+  crashed runs: under pytest-xdist those are another test's, killed on purpose beside this one.
 - ``stop_resource_tracker()``: stop that tracker (a later test starts it again
   if it needs it), so that later "no child processes" checks hold.
 """
@@ -40,3 +42,9 @@ def stop_resource_tracker():
                 thread.join(5.0)
         gc.collect()
         tracker._stop()
+
+
+def own_stderr(text: str) -> str:
+    """``text`` without "speechiter: reclaimed ... left by crashed runs" lines (NOTE [ Stale segments ])."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not (line.startswith("speechiter: reclaimed ") and "left by crashed runs" in line))

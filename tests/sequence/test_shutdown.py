@@ -108,7 +108,9 @@ def test_sigterm_ends_a_cli_run_as_ctrl_c_does_leaving_nothing(tmp_path, corpus,
     recipe, second = start_cli(tmp_path, corpus, "--num_workers", 4, "--thread_type", thread_type)
     _, stderr = second.communicate(timeout=90)
     assert second.returncode == 0, stderr
-    assert owned_by(second.pid) == [] and "reclaimed" not in stderr
+    # The first run's segments were checked above; a "reclaimed" line here would be another test's killed run
+    # (pytest-xdist runs kill-and-resume tests beside this one), so it is not asserted on.
+    assert owned_by(second.pid) == []
 
 
 # --------------------------------------------------------- killed main process
