@@ -36,8 +36,11 @@ def test_torchrun_without_distributed_is_one_error_per_rank_and_writes_nothing(t
         proc.kill()
         log.close()
     lines = [line for line in (tmp_path / "log.txt").read_text().splitlines() if line.startswith("speechiter:")]
-    assert sorted(line.split(" and ")[0] for line in lines) == [
-        "speechiter: error: torchrun: RANK=0", "speechiter: error: torchrun: RANK=1"], lines
+    # One line per rank that got as far: torchrun stops the other rank once one has failed, which on a busy
+    # machine can be before that rank has started.
+    ranks = sorted(line.split(" and ")[0] for line in lines)
+    assert ranks in (["speechiter: error: torchrun: RANK=0", "speechiter: error: torchrun: RANK=1"],
+                     ["speechiter: error: torchrun: RANK=0"], ["speechiter: error: torchrun: RANK=1"]), lines
     assert all("WORLD_SIZE=2 are set, but --distributed is not given" in line for line in lines)
     assert not list(tmp_path.glob("dump*")) and not list(tmp_path.glob("state*"))
 
