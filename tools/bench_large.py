@@ -34,8 +34,6 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SAMPLE_RATE = 16000
-FAKE_AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
 # ----------------------------------------------------------------- storage
@@ -114,21 +112,14 @@ def storage_child(root: str, threads: int, epochs: int, batch_seconds: float) ->
 
 def bench_storage(tmp: Path, num: int, latency: float, threads: int, epochs: int, batch_seconds: float,
                   runs: int = 2):
-    import logging
-
     import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's request log
 
     sys.path.insert(0, str(REPO / "tools"))
+    from local_s3 import fake_aws, start_local_s3
     from make_corpus import make_corpus
     local = make_corpus(tmp / "corpus", num, seed=0)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    env = dict(os.environ, **FAKE_AWS, AWS_ENDPOINT_URL=endpoint, PYTHONPATH=str(REPO))
+    server, endpoint = start_local_s3()
+    env = dict(os.environ, **fake_aws(endpoint), PYTHONPATH=str(REPO))
     plain = proxy = None
     try:
         client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",

@@ -119,27 +119,19 @@ def run_child(recipe: Path, workers: int, epochs: int, env: dict) -> dict:
 
 
 def bench(tmp: Path, args) -> None:
-    import logging
-
     import boto3
-    from moto.server import ThreadedMotoServer
 
+    from local_s3 import fake_aws, start_local_s3
     from make_corpus import make_corpus
     from speechiter import build_iterators, load_config
     from speechiter.pack.writer import write_pack
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     corpus = make_corpus(tmp / "corpus", args.num, fmt="flac", seed=0, min_sec=args.min_sec, max_sec=args.max_sec)
     batch_len = int(args.batch_seconds * SAMPLE_RATE)
     source = tmp / "source.yaml"
     source.write_text(RECIPE.format(root=corpus, batch_len=batch_len))
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    fake = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true", "NO_PROXY": "127.0.0.1,localhost", "AWS_ENDPOINT_URL": endpoint}
-    os.environ.update(fake)
+    server, endpoint = start_local_s3()
+    os.environ.update(fake_aws(endpoint))
     proxy = None
     try:
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
