@@ -6,7 +6,6 @@ import http.client
 import http.server
 import re
 import threading
-import uuid
 
 import pytest
 
@@ -14,8 +13,7 @@ import speechiter.run
 from speechiter.errors import DataError, WorkerError
 from speechiter.io import shards
 from speechiter.io.read import read_feat
-from speechiter.pack.writer import write_pack
-from tests.io.test_pack import batches, pack, train_iterator, write_recipe
+from tests.io.test_pack import batches, pack, packed_in_a_bucket, write_recipe
 
 pytestmark = pytest.mark.usefixtures("localhost_only")  # only 127.0.0.1 (tests/s3.py)
 
@@ -110,21 +108,8 @@ def bad_proxy(s3_server, monkeypatch, fresh_storage):
 def s3_pack(s3_client, tmp_path, make_corpus, fresh_storage):
     """A corpus packed into a fresh bucket: ``(original recipe, packed recipe, pack URL, bucket)``."""
     corpus = make_corpus(tmp_path / "c", num=12, min_sec=0.2, max_sec=0.5)
-    bucket = f"speechiter-adv-{uuid.uuid4().hex[:12]}"
-    s3_client.create_bucket(Bucket=bucket)
-    original = write_recipe(tmp_path / "recipe.yaml", corpus)
-    iterator = train_iterator(original, num_workers=0)
-    try:
-        write_pack(iterator, f"s3://{bucket}/pack", 64 << 10, idx2_out=str(tmp_path / "index"))
-    finally:
-        iterator.close()
-    shards.clear_shards()
-    try:
-        yield original, write_recipe(tmp_path / "packed.yaml", tmp_path / "index"), f"s3://{bucket}/pack", bucket
-    finally:
-        for o in s3_client.list_objects_v2(Bucket=bucket).get("Contents", []):
-            s3_client.delete_object(Bucket=bucket, Key=o["Key"])
-        s3_client.delete_bucket(Bucket=bucket)
+    with packed_in_a_bucket(s3_client, tmp_path, corpus, 64 << 10, "speechiter-adv") as packed:
+        yield packed
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """Byte-range values, coalesced batch reads, shard integrity and the pack writer, on local disk."""
+import contextlib
 import json
 import os
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +52,28 @@ def batches(recipe, epoch=1, start_step=0, **settings):
         return [(list(b.ids), checksum(b)) for b in iterator.build_loader(epoch, start_step)]
     finally:
         iterator.close()
+
+
+@contextlib.contextmanager
+def packed_in_a_bucket(s3_client, tmp_path, corpus, shard_bytes: int, prefix: str):
+    """``corpus`` packed into a fresh bucket named ``<prefix>-<random>``, removed after:
+    ``(original recipe, packed recipe, pack URL, bucket)``."""
+    bucket = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    s3_client.create_bucket(Bucket=bucket)
+    original = write_recipe(tmp_path / "recipe.yaml", corpus)
+    iterator = train_iterator(original, num_workers=0)
+    try:
+        write_pack(iterator, f"s3://{bucket}/pack", shard_bytes, idx2_out=str(tmp_path / "index"))
+    finally:
+        iterator.close()
+    shards.clear_shards()
+    try:
+        yield original, write_recipe(tmp_path / "packed.yaml", tmp_path / "index"), f"s3://{bucket}/pack", bucket
+    finally:
+        shards.clear_shards()
+        for o in s3_client.list_objects_v2(Bucket=bucket).get("Contents", []):
+            s3_client.delete_object(Bucket=bucket, Key=o["Key"])
+        s3_client.delete_bucket(Bucket=bucket)
 
 
 def pack(tmp_path, corpus, shard_size="64K", **recipe):

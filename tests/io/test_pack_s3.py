@@ -1,13 +1,10 @@
 """Packs in object storage: written straight to S3, read with one request per block batch, checked."""
-import uuid
-
 import pytest
 
 from speechiter.errors import DataError, WorkerError
 from speechiter.io import shards
-from speechiter.pack.writer import write_pack
 
-from .test_pack import batches, train_iterator, write_recipe
+from .test_pack import batches, packed_in_a_bucket
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("localhost_only")]  # the S3 server
 
@@ -17,22 +14,8 @@ def s3_pack(s3_client, s3_proxy, tmp_path, make_corpus):
     """A corpus packed into a fresh bucket through the counting proxy:
     ``(original recipe, packed recipe, pack URL, bucket)``."""
     corpus = make_corpus(tmp_path / "c", num=40, min_sec=0.2, max_sec=0.6)
-    bucket = f"speechiter-pack-{uuid.uuid4().hex[:12]}"
-    s3_client.create_bucket(Bucket=bucket)
-    original = write_recipe(tmp_path / "recipe.yaml", corpus)
-    iterator = train_iterator(original, num_workers=0)
-    try:
-        write_pack(iterator, f"s3://{bucket}/pack", 200 << 10, idx2_out=str(tmp_path / "index"))
-    finally:
-        iterator.close()
-    shards.clear_shards()
-    try:
-        yield original, write_recipe(tmp_path / "packed.yaml", tmp_path / "index"), f"s3://{bucket}/pack", bucket
-    finally:
-        shards.clear_shards()
-        for o in s3_client.list_objects_v2(Bucket=bucket).get("Contents", []):
-            s3_client.delete_object(Bucket=bucket, Key=o["Key"])
-        s3_client.delete_bucket(Bucket=bucket)
+    with packed_in_a_bucket(s3_client, tmp_path, corpus, 200 << 10, "speechiter-pack") as packed:
+        yield packed
 
 
 @pytest.mark.timeout(300)
