@@ -3,6 +3,10 @@ ranks and workers, several times; over all ranks every step is the uninterrupted
 every utterance of an epoch comes once (NOTE [ State files ] in speechiter/state_files.py, NOTE [ Elastic
 resume ] in speechiter/plan/layout.py).
 
+The random matrix starts its ranks with tests/forked_ranks.py (torchrun's environment, one import of torch
+per job instead of one per rank and torchrun's own: 3 s a segment on 2 cores, not 5 to 8); the two-rank test
+starts torchrun, so a SIGKILLed torchrun job is resumed too.
+
 Each segment's ranks write --dump_batches and --save_state files; one rank's dataset stops at a chosen
 utterance (it marks a file and waits), then the test SIGKILLs the whole job: torchrun, the ranks and their
 workers. The next segment resumes from the earliest rank file; a killed segment's steps count up to that
@@ -97,7 +101,7 @@ def read_dump(path: Path) -> list:
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL torchrun, its ranks and their workers (torchrun starts each rank in a session of its own)."""
+    """SIGKILL the launcher, its ranks and their workers (each rank is in a session of its own)."""
     try:
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -112,16 +116,18 @@ def kill_tree(proc: subprocess.Popen) -> None:
 
 
 def run_segment(tmp_path: Path, cfg: Path, index: int, world_size: int, workers: int, resume: bool,
-                pause=None, timeout: float = 180):
-    """One torchrun job; ``pause`` = (rank or "*", utterance) stops that rank (every rank) there once it has
-    saved a state (the others run on), and the test kills the job. Returns whether it was killed."""
+                pause=None, timeout: float = 180, torchrun: bool = True):
+    """One job of ``world_size`` ranks, started by torchrun or by tests/forked_ranks.py; ``pause`` = (rank or
+    "*", utterance) stops that rank (every rank) there once it has saved a state (the others run on), and the
+    test kills the job. Returns whether it was killed."""
     marker = tmp_path / f"paused{index}"
     extra = {} if pause is None else {"PAUSE_RANK": str(pause[0]), "PAUSE_AT": str(pause[1]),
                                       "PAUSE_MARKER": str(marker), "PAUSE_SINCE": str(time.time_ns()),
                                       "PAUSE_STATE": str(tmp_path / "state")}
     paused = world_size if pause is not None and pause[0] == "*" else 1
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}",
-               "-m", "speechiter.run", "--data_cfg", str(cfg), "--epochs", str(EPOCHS), "--quiet", "--distributed",
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}", "-m",
+                "speechiter.run"] if torchrun else ["-m", "tests.forked_ranks", str(world_size)]
+    command = [sys.executable, *launcher, "--data_cfg", str(cfg), "--epochs", str(EPOCHS), "--quiet", "--distributed",
                "--num_workers", str(workers), "--save_state", str(tmp_path / "state.json"),
                "--dump_batches", str(tmp_path / f"dump{index}.jsonl")] + (
         ["--resume", str(tmp_path / "state.json")] if resume else [])
@@ -188,7 +194,7 @@ def check_segments(tmp_path: Path, cfg: Path, segments: list) -> None:
             assert len(seen) == len(set(seen)), (epoch, name)  # each utterance of the epoch once
 
 
-def kill_and_resize(tmp_path: Path, kind: str, plan: list, seed: int) -> list:
+def kill_and_resize(tmp_path: Path, kind: str, plan: list, seed: int, torchrun: bool = True) -> list:
     """``plan``: [(world_size, workers)] per segment; all but the last are killed at a random utterance of a
     random rank (of every rank, the ``pause_at``-th, when the entry has a third item). Returns the segments."""
     rng = random.Random(seed)
@@ -197,7 +203,8 @@ def kill_and_resize(tmp_path: Path, kind: str, plan: list, seed: int) -> list:
     for index, (world_size, workers, *pause_at) in enumerate(plan):
         last = index == len(plan) - 1
         pause = None if last else ("*", pause_at[0]) if pause_at else (rng.randrange(world_size), rng.randrange(1, 8))
-        killed = run_segment(tmp_path, cfg, index, world_size, workers, resume=index > 0, pause=pause)
+        killed = run_segment(tmp_path, cfg, index, world_size, workers, resume=index > 0, pause=pause,
+                             torchrun=torchrun)
         end = resume_point(tmp_path) if killed else (EPOCHS + 1, 0)
         segments.append((index, world_size, start, end))
         if not killed:
@@ -214,7 +221,7 @@ def test_a_killed_two_rank_job_resumes_on_three(tmp_path):
     assert len(segments) == 2 and segments[0][3][1] > 0  # killed in the middle of an epoch
 
 
-@pytest.mark.slow  # torchrun jobs, killed and resumed
+@pytest.mark.slow  # distributed jobs, killed and resumed (ranks forked as torchrun would start them)
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["block", "bucket", "abs", "semi"])
 def test_random_kills_and_resizes(tmp_path, kind):
@@ -226,5 +233,5 @@ def test_random_kills_and_resizes(tmp_path, kind):
     for _ in range(3):
         world_size = rng.choice([w for w in (1, 2, 3, 4) if not plan or w != plan[-1][0]])
         plan.append((world_size, rng.choice([0, 1, 2] if world_size <= 2 else [0, 0, 1])))
-    segments = kill_and_resize(tmp_path, kind, plan, seed=rng.randrange(2 ** 16))
+    segments = kill_and_resize(tmp_path, kind, plan, seed=rng.randrange(2 ** 16), torchrun=False)
     assert len(segments) == 3, segments  # two kills
