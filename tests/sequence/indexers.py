@@ -17,6 +17,15 @@ class Echo:
         return ids
 
 
+class Stamped:
+    """A batch of ``ids[0]`` MiB filled with the batch's position: what it holds tells which batch it is.
+    (Here, not in test_zero_copy.py: a worker that unpickles it would import that module, and torch with it.)"""
+
+    def __getitem__(self, ids):
+        mib, stamp = ids
+        return {"x": np.full(mib * (1 << 18), stamp, dtype=np.float32), "stamp": stamp}
+
+
 class Slow:
     """Deterministic payload; takes a deterministic, varying time so workers finish out of order."""
 

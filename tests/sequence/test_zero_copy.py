@@ -31,14 +31,6 @@ def in_shm(array) -> bool:
     return False
 
 
-class Stamped:
-    """A batch of ``ids[0]`` MiB filled with the batch's position: what it holds tells which batch it is."""
-
-    def __getitem__(self, ids):
-        mib, stamp = ids
-        return {"x": np.full(mib * (1 << 18), stamp, dtype=np.float32), "stamp": stamp}
-
-
 def stamped(n, mib=1):
     return [Task(i, [mib, i], None) for i in range(n)]
 
@@ -46,7 +38,7 @@ def stamped(n, mib=1):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("out_type", ["null", "cpu"])
 def test_large_batches_are_views_and_small_ones_copies(out_type):
-    manager = MSequence(Stamped, num_workers=2, out_type=out_type, buffer=3, dset_size=0)
+    manager = MSequence(indexers.Stamped, num_workers=2, out_type=out_type, buffer=3, dset_size=0)
     with manager.start() as mng:
         batch = next(iter(mng.iterate(stamped(1))))
         assert in_shm(batch["x"]) and float(batch["x"][-1]) == 0
@@ -62,7 +54,7 @@ def test_large_batches_are_views_and_small_ones_copies(out_type):
 @pytest.mark.parametrize("out_type", ["null", "cpu"])
 def test_a_held_batch_is_never_overwritten(out_type):
     # Batch 0 is held while 60 more go through the workers; its slot must not be reused meanwhile.
-    manager = MSequence(Stamped, num_workers=2, out_type=out_type, buffer=3, dset_size=0)
+    manager = MSequence(indexers.Stamped, num_workers=2, out_type=out_type, buffer=3, dset_size=0)
     with manager.start() as mng:
         batches = mng.iterate(stamped(61))
         kept = next(batches)
@@ -85,7 +77,7 @@ def test_a_held_batch_is_never_overwritten(out_type):
 def test_a_whole_epoch_kept_in_a_list(out_type):
     # The consumer keeps every batch: the table grows (never waits) up to max_viewed views, then
     # batches are copies, so that shared memory stays bounded.
-    manager = MSequence(Stamped, num_workers=2, out_type=out_type, buffer=3, dset_size=0)
+    manager = MSequence(indexers.Stamped, num_workers=2, out_type=out_type, buffer=3, dset_size=0)
     with manager.start() as mng:
         table = mng._scheduler._slots
         epoch = list(mng.iterate(stamped(25)))
@@ -104,7 +96,7 @@ def test_a_whole_epoch_kept_in_a_list(out_type):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("out_type", ["null", "cpu"])
 def test_batches_kept_after_finish_stay_readable(out_type):
-    manager = MSequence(Stamped, num_workers=2, out_type=out_type, buffer=2, dset_size=0)
+    manager = MSequence(indexers.Stamped, num_workers=2, out_type=out_type, buffer=2, dset_size=0)
     with manager.start() as mng:
         batches = mng.iterate(stamped(6, mib=4))
         first, second = next(batches), next(batches)
@@ -123,7 +115,7 @@ def test_batches_kept_after_finish_stay_readable(out_type):
 
 @pytest.mark.timeout(60)
 def test_a_batch_dropped_in_another_thread_frees_its_slot():
-    manager = MSequence(Stamped, num_workers=1, out_type="cpu", buffer=2, dset_size=0)
+    manager = MSequence(indexers.Stamped, num_workers=1, out_type="cpu", buffer=2, dset_size=0)
     with manager.start() as mng:
         epoch = list(mng.iterate(stamped(8)))
         grown = len(mng._scheduler._slots)
