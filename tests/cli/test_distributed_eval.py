@@ -1,11 +1,10 @@
 """Distributed evaluation: valid/test cover each utterance once across ranks, equal steps, marked padding.
 
-Real torch.distributed (gloo on 127.0.0.1) in subprocesses with 2 and 3 ranks, the CLI under torchrun,
+Real torch.distributed (gloo on 127.0.0.1) in processes with 2 and 3 ranks, the CLI under torchrun,
 and the rank/world_size keyword path without a process group.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -51,12 +50,6 @@ def write_cfg(tmp_path, corpus):
                         test={"clean": entry(corpus, batch_len=60000)})
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def check_cover(per_rank, all_ids):
     """Every id once across ranks (padding rows left out), equal step counts, padding only repeats."""
     assert len({len(steps) for steps in per_rank}) == 1
@@ -76,18 +69,12 @@ def test_gloo_ranks_cover_each_evaluation_utterance_once(tmp_path, make_corpus, 
     cfg = write_cfg(tmp_path, corpus)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    env = dict(os.environ, PYTHONPATH=str(REPO), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-               WORLD_SIZE=str(ranks), OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, str(script), str(cfg), str(tmp_path / "out")],
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stderr=subprocess.PIPE, text=True)
-             for r in range(ranks)]
-    try:
-        errors = [p.communicate(timeout=180)[1] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert all(p.returncode == 0 for p in procs), "\n".join(e[-2000:] for e in errors)
+    # the ranks forked from one process that imported torch (tests/forked_ranks.py), each with its own stderr
+    result = subprocess.run([sys.executable, "-m", "tests.forked_ranks", "--stderr", str(tmp_path / "stderr"),
+                             str(ranks), str(script), str(cfg), str(tmp_path / "out")], cwd=REPO, timeout=180,
+                            env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"))
+    errors = [(tmp_path / f"stderr.{r}").read_text() for r in range(ranks)]
+    assert result.returncode == 0, "\n".join(e[-2000:] for e in errors)
     ids = [line.split()[0] for line in (corpus / "idx2wav").read_text().splitlines()]
     results = [json.loads((tmp_path / f"out.{r}").read_text()) for r in range(ranks)]
     for label in ("valid", "test"):

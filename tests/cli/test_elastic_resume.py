@@ -126,7 +126,8 @@ def run_segment(tmp_path: Path, cfg: Path, index: int, world_size: int, workers:
                                       "PAUSE_STATE": str(tmp_path / "state")}
     paused = world_size if pause is not None and pause[0] == "*" else 1
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}", "-m",
-                "speechiter.run"] if torchrun else ["-m", "tests.forked_ranks", str(world_size)]
+                "speechiter.run"] if torchrun else ["-m", "tests.forked_ranks", str(world_size), "-m",
+                                                     "speechiter.run"]
     command = [sys.executable, *launcher, "--data_cfg", str(cfg), "--epochs", str(EPOCHS), "--quiet", "--distributed",
                "--num_workers", str(workers), "--save_state", str(tmp_path / "state.json"),
                "--dump_batches", str(tmp_path / f"dump{index}.jsonl")] + (

@@ -1,4 +1,4 @@
-"""Exact reproducibility: random augmentation across worker counts, resume, and torchrun sharding."""
+"""Exact reproducibility: random augmentation across worker counts, resume, and sharding over ranks."""
 import json
 import os
 import subprocess
@@ -206,19 +206,19 @@ def test_loader_state_is_checked_with_raise(tmp_path, fresh_corpus):
         loader.load_state_dict(dict(state, version=99))
 
 
-# --- torchrun ------------------------------------------------------------------------------------
-@pytest.mark.slow  # torchrun
+# --- ranks ---------------------------------------------------------------------------------------
+@pytest.mark.slow  # rank processes, as torchrun starts them (tests/forked_ranks.py: one import of torch per job)
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_torchrun_ranks_have_equal_steps_and_share_the_plan(tmp_path, fresh_corpus, ranks):
+def test_ranks_have_equal_steps_and_share_the_plan(tmp_path, fresh_corpus, ranks):
     recipe = write_recipe(tmp_path, fresh_corpus)
     single = tmp_path / "single.jsonl"
     assert run_cli("--data_cfg", recipe, "--epochs", 2, "--quiet", "--dump_batches", single,
                    "--engine", "inline").returncode == 0
     dump = tmp_path / "dist.jsonl"
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                             f"--nproc_per_node={ranks}", "-m", "speechiter.run", "--data_cfg", str(recipe),
+    result = subprocess.run([sys.executable, "-m", "tests.forked_ranks", str(ranks), "-m", "speechiter.run",
+                             "--data_cfg", str(recipe),
                              "--epochs", "2", "--quiet", "--distributed", "--num_workers", "1",
                              "--dump_batches", str(dump)], cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=360)
