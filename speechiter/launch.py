@@ -13,9 +13,16 @@ torchrun starts each rank in a session of its own, so a SIGKILL to torchrun
 (``kill -9``, an out-of-memory kill) leaves the ranks running: they would go
 on writing their state files while a resumed job reads and writes the same
 files. Each rank notes its parent (torchrun) when it starts and, at every
-step, stops with one error line once it has been reparented.
+step, stops with one error line once it has been reparented. A rank that does
+not reach its next step (blocked in a collective with a peer that stopped,
+or in a read) is ended by a watch thread: ``ORPHAN_GRACE_S`` after it sees
+the rank reparented, it writes the same line and ends the process (exit 1);
+the rank's loading workers end with it (NOTE [ Parent death ] in
+speechiter/sequence/lifeline.py).
 """
 import os
+import sys
+import threading
 from typing import Tuple
 
 from speechiter.errors import ConfigError, SpeechiterError
@@ -46,15 +53,38 @@ def init_distributed(out_type: str) -> Tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+#: how often the watch thread looks at the rank's parent
+WATCH_S = 0.5
+#: how long after that the watch ends a rank that has not stopped at a step
+ORPHAN_GRACE_S = 5.0
+
+
 class Launcher:
-    """This rank's launcher (its parent process): :meth:`check` raises once it is gone (NOTE [ Orphaned
-    ranks ])."""
+    """This rank's launcher (its parent process): :meth:`check` raises once it is gone, and a watch thread
+    ends the rank if it does not get to a check (NOTE [ Orphaned ranks ]). :meth:`close` stops the watch."""
 
     def __init__(self, rank: int):
         self.rank = rank
         self.pid = os.getppid()
+        self._closed = threading.Event()
+        threading.Thread(target=self._watch, name="speechiter-launcher-watch", daemon=True).start()
+
+    def gone(self) -> str:
+        return (f"rank {self.rank}: its launcher (torchrun, pid {self.pid}) is gone (killed?), so this rank stops "
+                f"too, before it writes over the files a resumed job uses")
 
     def check(self) -> None:
         if os.getppid() != self.pid:
-            raise SpeechiterError(f"rank {self.rank}: its launcher (torchrun, pid {self.pid}) is gone (killed?), so "
-                                  f"this rank stops too, before it writes over the files a resumed job uses")
+            raise SpeechiterError(self.gone())
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _watch(self) -> None:
+        while os.getppid() == self.pid:
+            if self._closed.wait(WATCH_S):
+                return
+        if not self._closed.wait(ORPHAN_GRACE_S):  # the rank did not stop at a step: it is blocked
+            sys.stderr.write(f"speechiter: error: {self.gone()} (blocked {ORPHAN_GRACE_S:g} s past it)\n")
+            sys.stderr.flush()
+            os._exit(1)

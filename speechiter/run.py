@@ -170,6 +170,8 @@ class CommandLineRun:
                     self.report.first_batch_s = one.first_batch_s
 
     def close(self):
+        if self.launcher is not None:
+            self.launcher.close()
         if self.dump is not None:
             self.dump.close()
 

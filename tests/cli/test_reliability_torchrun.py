@@ -73,3 +73,41 @@ def test_ranks_stop_at_their_next_step_once_torchrun_is_killed(tmp_path, corpus)
     assert len(errors) == 2, errors
     assert all(f"its launcher (torchrun, pid {proc.pid}) is gone (killed?), so this rank stops too" in line
                for line in errors)
+
+
+BLOCKED_RANK = """
+import sys, time
+from speechiter import launch
+launch.ORPHAN_GRACE_S = 1.0
+launcher = launch.Launcher(rank=1)
+print("ready", flush=True)
+time.sleep(120)  # blocked (a collective with a peer that stopped): never at its next step
+"""
+
+LAUNCHER = """
+import subprocess, sys
+rank = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE, stderr=open(sys.argv[2], "w"))
+rank.stdout.readline()
+print(rank.pid, flush=True)
+rank.wait()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_blocked_past_its_step_check_is_ended_by_its_watch(tmp_path):
+    # a launcher process and its rank: killing the launcher leaves the rank blocked in a call
+    stderr = tmp_path / "rank.err"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, BLOCKED_RANK, str(stderr)], stdout=subprocess.PIPE,
+                                text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    rank = psutil.Process(int(launcher.stdout.readline()))
+    try:
+        launcher.kill()
+        launcher.wait(30)
+        rank.wait(20)  # ended by its watch about a second after it saw its launcher gone
+    finally:
+        if rank.is_running():
+            rank.kill()
+        launcher.stdout.close()
+    assert stderr.read_text().splitlines() == [
+        f"speechiter: error: rank 1: its launcher (torchrun, pid {launcher.pid}) is gone (killed?), so this rank "
+        f"stops too, before it writes over the files a resumed job uses (blocked 1 s past it)"]
