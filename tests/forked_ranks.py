@@ -10,8 +10,8 @@ a process of its own, in a session of its own (as torchrun starts them). This
 process imports torch once and forks the ranks after it, so a job costs one
 import of torch instead of torchrun's own and one per rank (about 2 s each on
 the 2-core CI machines). It exits with the first failing rank's code once
-every rank has ended. With ``--stderr PREFIX`` (before WORLD_SIZE), rank r writes its standard error to
-PREFIX.r instead of this process's.
+every rank has ended. With ``--stderr PREFIX`` (before WORLD_SIZE), rank r
+writes its standard error to PREFIX.r instead of this process's.
 
 Only for tests whose point is what the ranks do (the kill-and-resize matrix,
 distributed evaluation, the ranks' shared plan); the tests of the command line
