@@ -6,7 +6,9 @@
 Each rank gets the environment torchrun gives it (RANK, LOCAL_RANK, WORLD_SIZE,
 LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT), runs the module or
 script as ``__main__`` (as ``python -m module`` or ``python script.py`` would) in
-a process of its own, in a session of its own (as torchrun starts them). This
+a process of its own, in a session of its own (as torchrun starts them), and
+dies with this process (unlike torchrun's: the orphaned-rank tests start
+torchrun), so a test that times out and kills it leaves no rank. This
 process imports torch once and forks the ranks after it, so a job costs one
 import of torch instead of torchrun's own and one per rank (about 2 s each on
 the 2-core CI machines). It exits with the first failing rank's code once
@@ -26,6 +28,8 @@ import traceback
 
 import torch.distributed  # noqa: F401 (imported once, before the ranks are forked)
 
+from speechiter.sequence.lifeline import die_with_parent
+
 
 def free_port() -> int:
     with socket.socket() as probe:
@@ -33,9 +37,12 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def run_rank(rank: int, world_size: int, port: int, target: list, stderr_prefix=None) -> int:
-    """Run ``target`` (``["-m", module, *args]`` or ``[script, *args]``) as this rank; its exit code."""
+def run_rank(rank: int, world_size: int, port: int, target: list, launcher: int, stderr_prefix=None) -> int:
+    """Run ``target`` (``["-m", module, *args]`` or ``[script, *args]``) as this rank, dying with ``launcher``
+    (its pid); the rank's exit code."""
     os.setsid()
+    if not die_with_parent(launcher):
+        return 1
     if stderr_prefix:
         with open(f"{stderr_prefix}.{rank}", "w") as log:
             os.dup2(log.fileno(), 2)
@@ -74,7 +81,7 @@ def main(argv=None) -> int:
     for rank in range(world_size):
         pid = os.fork()
         if pid == 0:
-            os._exit(run_rank(rank, world_size, port, target, stderr_prefix))
+            os._exit(run_rank(rank, world_size, port, target, os.getppid(), stderr_prefix))
         pids.append(pid)
     codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
     return next((code for code in codes if code != 0), 0)
