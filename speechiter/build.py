@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import inspect
 import os
-import sys
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from speechiter.config import config_dir, iter_specs, iterator_label
@@ -22,6 +21,7 @@ from speechiter.group import IteratorGroup
 from speechiter.iterator.abs import Iterator
 from speechiter.iterator.loadable import Loadable
 from speechiter.iterator.mix import MixIterator
+from speechiter.messages import say
 from speechiter.paths import PathPolicy, file_options
 from speechiter.registry import check_keywords, resolve_class
 
@@ -98,8 +98,8 @@ def warn_more_workers_than_cpus(workers: int, source: str) -> None:
     (the count stays: fewer may be slower, and the batches are the same for any count)."""
     cpus = available_cpus()
     if workers > cpus:
-        print(f"speechiter: warning: {workers} loading workers ({source}) on {cpus} CPUs; "
-              f"--num_workers {cpus} or fewer may load as fast", file=sys.stderr)
+        say(f"speechiter: warning: {workers} loading workers ({source}) on {cpus} CPUs; "
+            f"--num_workers {cpus} or fewer may load as fast")
 
 
 def _in_processes(settings: Dict[str, Any]) -> bool:

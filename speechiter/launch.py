@@ -21,11 +21,11 @@ the rank's loading workers end with it (NOTE [ Parent death ] in
 speechiter/sequence/lifeline.py).
 """
 import os
-import sys
 import threading
 from typing import Tuple
 
 from speechiter.errors import ConfigError, SpeechiterError
+from speechiter.messages import say
 
 
 def check_launch(distributed: bool) -> None:
@@ -85,6 +85,5 @@ class Launcher:
             if self._closed.wait(WATCH_S):
                 return
         if not self._closed.wait(ORPHAN_GRACE_S):  # the rank did not stop at a step: it is blocked
-            sys.stderr.write(f"speechiter: error: {self.gone()} (blocked {ORPHAN_GRACE_S:g} s past it)\n")
-            sys.stderr.flush()
+            say(f"speechiter: error: {self.gone()} (blocked {ORPHAN_GRACE_S:g} s past it)")
             os._exit(1)

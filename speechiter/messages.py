@@ -10,6 +10,11 @@ line; the loading workers of a run show theirs the same way (the run sets
 :func:`worker_warnings` installs the format). A message may quote what it cannot bound itself, such as the stderr of
 a failing command or a worker's traceback: the line keeps its first
 ``MAX_LINE`` characters and says how many more there were.
+
+Each line goes out in one write (:func:`say`): ``print`` writes the text and
+its newline apart when stderr is unbuffered (PYTHONUNBUFFERED=1), and the
+ranks of a torchrun job share one log file, where two ranks' lines would
+then run into each other.
 """
 import os
 import sys
@@ -21,6 +26,13 @@ from contextlib import contextmanager
 MAX_LINE = 2000
 #: set to "line" for the loading workers of a command line run (see NOTE [ One line per problem ])
 WARNINGS_ENV = "SPEECHITER_WARNINGS"
+
+
+def say(line: str, file=None) -> None:
+    """Write ``line`` and its newline to stderr (or ``file``) in one write (NOTE [ One line per problem ])."""
+    file = sys.stderr if file is None else file
+    file.write(f"{line}\n")
+    file.flush()
 
 
 def one_line(text: str) -> str:
@@ -38,8 +50,7 @@ def _redact(text: str) -> str:
 
 
 def _show(message, category, filename, lineno, file=None, line=None):
-    print(f"speechiter: warning: {_redact(one_line(message) or category.__name__)}",
-          file=sys.stderr if file is None else file)
+    say(f"speechiter: warning: {_redact(one_line(message) or category.__name__)}", file)
 
 
 def report_error(error: BaseException, debug: bool) -> int:
@@ -50,7 +61,7 @@ def report_error(error: BaseException, debug: bool) -> int:
     from speechiter.errors import SpeechiterError
     from speechiter.sequence.limits import explain
     if isinstance(error, KeyboardInterrupt):
-        print(f"speechiter: {interrupts.describe(error)}", file=sys.stderr)
+        say(f"speechiter: {interrupts.describe(error)}")
         return interrupts.exit_status(error)
     if debug:
         print(_redact(traceback.format_exc()), file=sys.stderr, end="")
@@ -58,8 +69,7 @@ def report_error(error: BaseException, debug: bool) -> int:
     if isinstance(error, SystemExit):  # sys.exit() in user code (a dataset hook ...): not the end of a finished run
         frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
         where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-        print(f"speechiter: error: sys.exit({error.code!r}) was called{where} before the run ended{hint}",
-              file=sys.stderr)
+        say(f"speechiter: error: sys.exit({error.code!r}) was called{where} before the run ended{hint}")
         return 1
     error = explain(error)  # out of file descriptors anywhere: NOTE [ Machine limits ] in sequence/limits.py
     what = one_line(error) or type(error).__name__
@@ -67,7 +77,7 @@ def report_error(error: BaseException, debug: bool) -> int:
         what = f"{type(error).__name__}: {what}"
     elif error.exit_code == 2:
         hint = ""
-    print(f"speechiter: error: {_redact(what)}{hint}", file=sys.stderr)
+    say(f"speechiter: error: {_redact(what)}{hint}")
     return error.exit_code if isinstance(error, SpeechiterError) else 1
 
 

@@ -10,7 +10,6 @@ re-exported here).
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Union
@@ -19,6 +18,7 @@ from speechiter.data_paths import check_data_file, check_regular_file, resolve_d
 from speechiter.errors import ConfigError
 from speechiter.io.source import split_chunk_key
 from speechiter.io.storage import is_url
+from speechiter.messages import say
 
 __all__ = ["PathPolicy", "speechain_root_path", "file_options", "FILES", "NAMED_FILES", "SELECTION", "YAML_FILE",
            "PRESETS_DIR", "find_preset", "is_preset", "check_files",
@@ -180,8 +180,8 @@ class PathPolicy:
         cwd = os.getcwd()
         hint = (f"; export SPEECHAIN_ROOT={cwd} to read them from there by SpeeChain's rule"
                 if not self.root and any(_speechain_shaped(v) for _, v in found) else "")
-        print(f"speechiter: warning: {what} not in {self.folder_name} ({self.folder}); read from the "
-              f"current folder ({cwd}){hint}", file=sys.stderr)
+        say(f"speechiter: warning: {what} not in {self.folder_name} ({self.folder}); read from the "
+            f"current folder ({cwd}){hint}")
 
     def tried(self, value: str, recipe: bool = False) -> str:
         """Why the relative path ``value`` was not found: the folders looked in and, for a path shaped like

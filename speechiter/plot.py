@@ -7,10 +7,11 @@ Drawing needs matplotlib (the ``plot`` extra); without it :func:`plot_batches`
 raises ModuleNotFoundError saying what to install, and nothing is written.
 """
 import os
-import sys
 from typing import Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+from speechiter.messages import say
 
 
 def summarize(batches: Sequence[Sequence[str]], lengths: Optional[Mapping[str, float]]) -> dict:
@@ -145,7 +146,7 @@ def plot_plans(named: Sequence[Tuple[str, object]], path: str, epoch: int) -> No
     """The CLI's --plot: one figure per ``(name, iterator)`` (``batches.png``, or ``batches.train-sup.png``
     for several), and its summary line; without matplotlib one line on stderr saying what to install."""
     if not have_matplotlib():
-        print(f"speechiter: {NEEDS_MATPLOTLIB}", file=sys.stderr)
+        say(f"speechiter: {NEEDS_MATPLOTLIB}")
         return
     root, ext = os.path.splitext(path)
     for name, iterator in named:

@@ -19,7 +19,7 @@ from speechiter.dump import DumpWriter, earlier_dumps, rank_path
 from speechiter.errors import ConfigError, SpeechiterError
 from speechiter.group import GroupLoader, group_steps
 from speechiter.launch import Launcher, check_launch, init_distributed
-from speechiter.messages import report_error, warnings_as_lines
+from speechiter.messages import report_error, say, warnings_as_lines
 from speechiter.plot import plot_plans
 from speechiter.report import RunReport
 from speechiter.state import RESUME_CHANGES, GroupState
@@ -91,13 +91,12 @@ class CommandLineRun:
         train = GroupLoader(self.iterators["train"])
         source, saved = self.states.resume(path, train, self.args.resume_changes)
         if source != path and not self.args.distributed:
-            print(f"speechiter: --resume {path}: continuing from {source} (epoch {saved.epoch} step {saved.step}), "
-                  f"the earliest rank of the run that saved it", file=sys.stderr)
+            say(f"speechiter: --resume {path}: continuing from {source} (epoch {saved.epoch} step {saved.step}), "
+                f"the earliest rank of the run that saved it")
         for line in train.resume_notes if self.rank == 0 else ():  # See NOTE [ Changed mix ]
-            print(f"speechiter: resume: {line}", file=sys.stderr)
+            say(f"speechiter: resume: {line}")
         if saved.epoch > self.args.epochs:
-            print(f"speechiter: {source} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run",
-                  file=sys.stderr)
+            say(f"speechiter: {source} is at epoch {saved.epoch}, past --epochs {self.args.epochs}: nothing to run")
         self.resumed = train
 
     def save_state(self, train: GroupState, first: bool = False):
@@ -138,7 +137,7 @@ class CommandLineRun:
                  for name, it in iterators.items()}
         if len(iterators) > 1 and not self.args.quiet:
             sizes = ", ".join(f"{name}={len(it)}" for name, it in iterators.items())
-            print(f"{label} epoch {epoch}: {loader.steps} steps (steps: {loader.policy}; {sizes})", file=sys.stderr)
+            say(f"{label} epoch {epoch}: {loader.steps} steps (steps: {loader.policy}; {sizes})")
         if not len(loader):
             return
         for name, (batches, utterances) in loader.skipped().items():

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
 
 from speechiter.errors import DataError
 from speechiter.io.storage import redact
+from speechiter.messages import say
 
 __all__ = ["Parser", "run_main"]
 
@@ -37,9 +37,9 @@ def run_main(parser, convert, args) -> int:
         else:
             error = None
     for w in caught:
-        print(f"{parser.prog}: warning: {redact(w.message)}", file=sys.stderr)
+        say(f"{parser.prog}: warning: {redact(w.message)}")
     if error is not None:  # redacted: a presigned URL in wav.scp or a manifest keeps its signature to itself
-        print(f"{parser.prog}: error: {redact(error)}", file=sys.stderr)
+        say(f"{parser.prog}: error: {redact(error)}")
         return 2
     if isinstance(written, str):  # the command's own summary line
         print(written)

@@ -1,9 +1,11 @@
 """The command line's state files, launch and output, where a run could go silently wrong (issue 31):
 a rank's state file resumed without --distributed, torchrun without --distributed, a resumed run's dump,
 state files of a killed or mixed job, and the lines a run prints."""
+import io
 import json
 import os
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -242,6 +244,32 @@ def test_a_long_error_is_one_bounded_line():
     line = one_line("command failed: " + "x" * 100000 + "\nsecond line\n\ntraceback")
     assert "\n" not in line and len(line) < MAX_LINE + 100
     assert line.endswith(f" ... ({100000 + 16 + 12 - MAX_LINE} more characters; --debug shows them)")
+
+
+class Writes(io.StringIO):
+    """A stderr that keeps its writes apart, as an unbuffered one (PYTHONUNBUFFERED=1) hands each to the file."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes = []
+
+    def write(self, text):
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_each_line_on_stderr_is_one_write(tmp_path, monkeypatch, recipe):
+    # torchrun's ranks share one log file: a line written as text, then newline, ran into another rank's line
+    stderr = Writes()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    state = tmp_path / "state.json"
+    assert main(["--data_cfg", str(recipe), "--quiet", "--num_workers", "0", "--save_state", str(state)]) == 0
+    assert main(["--data_cfg", str(recipe), "--quiet", "--num_workers", "0", "--resume", str(state),
+                 "--epochs", "1"]) == 0
+    assert main(["--data_cfg", str(tmp_path / "missing.yaml")]) == 2
+    assert len(stderr.writes) == 2 and all(w.endswith("\n") and w.count("\n") == 1 for w in stderr.writes)
+    assert stderr.writes[0].startswith(f"speechiter: {state} is at epoch 2")
+    assert stderr.writes[1].startswith("speechiter: error: ") and "missing.yaml" in stderr.writes[1]
 
 
 def test_a_resume_past_the_last_epoch_prints_no_empty_table(tmp_path, capsys, recipe):
