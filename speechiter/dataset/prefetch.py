@@ -67,7 +67,8 @@ __all__ = ["POOL_THREADS", "prepare", "reading_together", "take", "under_way"]
 #: threads per process that read a batch's URLs; S3 keeps up to storage.MAX_CONNECTIONS connections.
 POOL_THREADS = 32
 _the_pool = ProcessPool(POOL_THREADS, "storage-read")
-#: started batches a thread keeps for one column: the one being built and the next READ_AHEAD + 1 (fetch.py)
+#: started batches a thread keeps for one column: the one being built and the next READ_AHEAD + 1 that fetch
+#: (sequence/fetch.py) tells it of; fewer would cancel the last ones' reads and start them again at each batch
 AHEAD_PER_COLUMN = 4
 #: and for all columns (several iterators built in one thread)
 AHEAD_PER_THREAD = 8

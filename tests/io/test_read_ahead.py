@@ -1,5 +1,8 @@
 """Reading ahead: a worker starts the reads of its next batches while it builds one (NOTE [ Reading ahead ]
 in speechiter/dataset/prefetch.py); the batches, their order and their errors do not change."""
+import collections
+import threading
+
 import pytest
 
 from speechiter.dataset import prefetch
@@ -7,6 +10,7 @@ from speechiter.dataset.reader import DatasetReader
 from speechiter.dump import checksum
 from speechiter.errors import DataError, WorkerError
 from speechiter.io import shards
+from speechiter.sequence.fetch import READ_AHEAD
 
 from .test_pack import batches, pack, train_iterator
 from .test_pack_s3 import s3_pack  # noqa: F401
@@ -111,3 +115,28 @@ def test_an_s3_pack_read_ahead_gives_the_same_batches_at_one_request_per_batch(s
         with monkeypatch.context() as m:  # the same without reading ahead, in this process
             m.delattr(DatasetReader, "prepare")
             assert batches(packed, **settings) == want[:len(want) // 2]
+
+
+def test_a_thread_keeps_the_reads_of_every_batch_fetch_tells_it_of():
+    # fetch tells a thread the batch it builds and the next READ_AHEAD + 1 (sequence/fetch.py); a thread that kept
+    # fewer would cancel the last ones' reads and start them again at each batch (each GET sent about 3 times)
+    column = {f"u{i}": f"s3://bucket/u{i}.flac" for i in range(40)}
+    plan = [[f"u{2 * i}", f"u{2 * i + 1}"] for i in range(20)]
+    reads, built = collections.Counter(), []
+
+    def read(value):
+        reads[value] += 1
+        return value
+
+    def build_in_order():
+        for position, ids in enumerate(plan):
+            for told in plan[position:position + READ_AHEAD + 2]:
+                prefetch.prepare(column, told, read)
+            with prefetch.reading_together(column, ids, read):
+                built.extend(prefetch.take(column[uid], read) for uid in ids)
+
+    thread = threading.Thread(target=build_in_order)  # a thread of its own: nothing started before
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive() and built == [column[uid] for ids in plan for uid in ids]
+    assert reads == {value: 1 for value in column.values()}
