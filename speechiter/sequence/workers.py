@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional
 
 from speechiter.messages import worker_warnings
+from speechiter.sequence.cpu_policy import run_as_batch_work
 from speechiter.sequence.fetch import READ_AHEAD, Task, fetch, prepare, same_task
 from speechiter.sequence.lifeline import die_with_parent, leave_fork_server, orphaned
 from speechiter.sequence.limits import explain
@@ -204,6 +205,7 @@ def proc_worker_loop(wid, factory, tasks, results, done, prefix, parent_pid, env
     # ends the workers (see NOTE [ Shutdown order ] in scheduler.py); workers stay quiet.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it, whatever a forked parent handled
+    run_as_batch_work()  # NOTE [ Workers as batch work ] in cpu_policy.py
     writer = SlotWriter(prefix, wid, tracked=True)  # NOTE [ Segments of a killed main process ]
     try:
         indexer = _make_indexer(factory, wid, results.send)

@@ -296,3 +296,15 @@ class Stalled:
         time.sleep(pause)
         return {"x": np.random.default_rng(int(ids[0])).standard_normal((len(ids), 64)).astype(np.float32),
                 "ids": [int(i) for i in ids]}
+
+
+class SchedulingPolicy:
+    """The building thread's scheduling policy, and that of a thread it starts."""
+
+    def __getitem__(self, ids):
+        import threading
+        seen = []
+        started = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))
+        started.start()
+        started.join()
+        return {"pid": os.getpid(), "builder": os.sched_getscheduler(0), "started": seen[0]}
