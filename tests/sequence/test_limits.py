@@ -108,6 +108,12 @@ def cli_recipe(tmp_path, corpus, values=None):
     return recipe
 
 
+def run_lines(stderr: str) -> list:
+    """The run's lines on stderr, less a "reclaimed" line: the segments of another test's killed run, which
+    pytest-xdist runs beside this one (see tests/sequence/test_shutdown.py)."""
+    return [line for line in stderr.strip().splitlines() if not line.startswith("speechiter: reclaimed ")]
+
+
 @pytest.mark.slow  # a process of its own: its open-files limit is lowered
 @pytest.mark.timeout(120)
 def test_a_low_open_files_limit_is_one_line_naming_it(tmp_path, corpus):
@@ -117,7 +123,7 @@ def test_a_low_open_files_limit_is_one_line_naming_it(tmp_path, corpus):
     result = run_python(code)
     assert result.returncode == 1, result.stderr
     # besides the line that 16 workers outnumber the CPUs (speechiter/build.py)
-    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("speechiter: warning:")]
+    lines = [line for line in run_lines(result.stderr) if not line.startswith("speechiter: warning:")]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith("speechiter: error: too many open files: 16 loading worker processes need about ")
     assert "under the open-files limit of 64 (ulimit -n); raise it in the shell that starts the run: " \
@@ -212,7 +218,7 @@ def test_an_unusable_storage_cache_folder_is_one_line_exit_2(tmp_path, corpus, w
         server.server_close()
         thread.join(10)
     assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
+    lines = run_lines(result.stderr)
     assert len(lines) == 1 and "FileExistsError" not in lines[0], result.stderr
     reason = "it is not a folder" if what == "file" else "Not a directory"
     assert f"SPEECHITER_STORAGE_CACHE='{cache}' cannot be the storage cache folder ({reason}); " in lines[0]
