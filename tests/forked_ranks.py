@@ -28,6 +28,7 @@ import traceback
 
 import torch.distributed  # noqa: F401 (imported once, before the ranks are forked)
 
+from speechiter.messages import say
 from speechiter.sequence.lifeline import die_with_parent
 
 
@@ -60,7 +61,7 @@ def run_rank(rank: int, world_size: int, port: int, target: list, launcher: int,
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         if not isinstance(stop.code, (int, type(None))):
-            print(stop.code, file=sys.stderr)
+            say(str(stop.code))  # one write: the ranks may share this stderr
     except BaseException:
         traceback.print_exc()
         code = 1

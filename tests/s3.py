@@ -60,12 +60,9 @@ _LOCAL = ("127.0.0.1", "::1", "localhost")
 def s3_server(tmp_path_factory):
     """Endpoint URL of a moto S3 server on 127.0.0.1 (see the module docstring)."""
     _require_packages()
-    from moto.server import ThreadedMotoServer
+    from tests.conftest import load_tool
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+    server, endpoint = load_tool("local_s3").start_local_s3()  # the benchmarks' server (tools/local_s3.py)
     no_config = tmp_path_factory.mktemp("aws") / "absent"
     env = dict(FAKE_ENV, AWS_ENDPOINT_URL=endpoint, AWS_CONFIG_FILE=str(no_config),
                AWS_SHARED_CREDENTIALS_FILE=str(no_config))

@@ -1,4 +1,4 @@
-"""A moto S3 server on 127.0.0.1 for the storage benchmarks (bench_large, bench_pack, bench_tail).
+"""A moto S3 server on 127.0.0.1 for the storage benchmarks (bench_large, bench_pack, bench_tail) and tests/s3.py.
 
     server, endpoint = start_local_s3()   # server.stop() when done
     os.environ.update(fake_aws(endpoint)) # or a child's env: dict(os.environ, **fake_aws(endpoint))

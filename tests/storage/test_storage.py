@@ -243,13 +243,9 @@ def test_a_stalled_server_times_out(s3_corpus, s3_proxy, monkeypatch):
 
 @pytest.mark.timeout(60)
 def test_a_stopped_server_is_a_connection_error(s3_server, monkeypatch, fresh_storage):
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    server, endpoint = load_tool("local_s3").start_local_s3()
     server.stop()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
     assert "connection failed or timed out after 3 tries" in one_line_error("s3://bucket/a.wav#t=1,2")
 
 
